@@ -1,0 +1,3 @@
+from priority_pubsub.cli import main
+
+main()

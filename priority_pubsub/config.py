@@ -1,0 +1,232 @@
+"""The one validated configuration model and its loader.
+
+YAML is read by dynaconf (so every key can be overridden from the environment as
+``PRIORITY_PUBSUB_<KEY>``, ``__`` for nesting) and validated by pydantic with
+``extra="forbid"``. Any problem becomes one ``ConfigError`` line naming the key path; nothing
+is silently dropped or "fixed".
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from priority_pubsub.errors import ConfigError
+
+ENV_PREFIX = "PRIORITY_PUBSUB"
+CONFIG_ENV = f"{ENV_PREFIX}_CONFIG"
+DEFAULT_CONFIG_PATH = "config.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class QueueConfig(_Strict):
+    name: str = Field(min_length=1)
+    weight: int = Field(default=1, ge=1, le=10_000)
+    route: str = ""
+
+    @field_validator("route")
+    @classmethod
+    def _route_is_a_path(cls, value: str) -> str:
+        if value and not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return value
+
+
+class DriverConfig(BaseModel):
+    """``type`` picks the driver; the other keys are validated by that driver's options model."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: str = "local"
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class AppConfig(_Strict):
+    url: str = "http://127.0.0.1:8000/tasks"
+    timeout_s: float = Field(default=3600, gt=0)
+    delivery: Literal["cloudevent", "raw"] = "cloudevent"
+    fatal_codes: tuple[int, ...] = (400, 422)
+    api_token: SecretStr = SecretStr("")
+    max_response_bytes: int = Field(default=65_536, ge=1024)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/") if value.count("/") > 3 else value
+
+    @field_validator("fatal_codes")
+    @classmethod
+    def _http_codes(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        bad = [code for code in value if not 100 <= code <= 599]
+        if bad:
+            raise ValueError(f"not HTTP status codes: {bad}")
+        if any(200 <= code < 300 for code in value):
+            raise ValueError("a 2xx code cannot be fatal")
+        return value
+
+
+class RetryConfig(_Strict):
+    max_attempts: int = Field(default=10, ge=1)
+    initial_delay_s: float = Field(default=1, ge=0)
+    max_delay_s: float = Field(default=600, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RetryConfig:
+        if self.max_delay_s < self.initial_delay_s:
+            raise ValueError("max_delay_s must be >= initial_delay_s")
+        return self
+
+    def delay_for(self, attempt: int) -> float:
+        """Exponential backoff: ``initial * 2**(attempt-1)``, capped at ``max_delay_s``."""
+        exponent = max(0, min(attempt - 1, 62))
+        return float(min(self.initial_delay_s * (2**exponent), self.max_delay_s))
+
+
+class DeadLetterConfig(_Strict):
+    queue: str = Field(min_length=1)
+
+
+class LeaseConfig(_Strict):
+    duration_s: float = Field(default=60, ge=1, le=43_200)
+
+
+class ShutdownConfig(_Strict):
+    grace_s: float = Field(default=30, ge=0)
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=9464, ge=0, le=65535)
+
+
+class JournalConfig(_Strict):
+    path: Path = Path("./data/journal")
+    rotate_mb: float = Field(default=64, gt=0)
+
+
+class LogConfig(_Strict):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "console"] = "json"
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
+class Settings(_Strict):
+    """The whole sidecar configuration (DESIGN §5)."""
+
+    driver: DriverConfig = DriverConfig()
+    queues: tuple[QueueConfig, ...] = Field(min_length=1)
+    scheduling: Literal["strict", "weighted"] = "strict"
+    concurrency: int = Field(default=4, ge=1, le=4096)
+    transforms: tuple[str, ...] = ()
+    app: AppConfig = AppConfig()
+    retry: RetryConfig = RetryConfig()
+    dead_letter: DeadLetterConfig | None = None
+    lease: LeaseConfig = LeaseConfig()
+    shutdown: ShutdownConfig = ShutdownConfig()
+    server: ServerConfig = ServerConfig()
+    journal: JournalConfig | None = None
+    log: LogConfig = LogConfig()
+
+    @model_validator(mode="after")
+    def _distinct_queues(self) -> Settings:
+        names = [q.name for q in self.queues]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"queues: duplicate names {duplicates}")
+        if self.dead_letter and self.dead_letter.queue in names:
+            raise ValueError("dead_letter.queue: must not be one of the consumed queues")
+        return self
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        return tuple(q.name for q in self.queues)
+
+
+def resolve_config_path(path: str | Path | None) -> Path:
+    """``-c`` wins, then ``PRIORITY_PUBSUB_CONFIG``, then ``./config.yaml``."""
+    return Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+
+
+def load_config(path: str | Path | None = None) -> Settings:
+    """Read, override from the environment, validate. Raises ``ConfigError`` (one line)."""
+    config_path = resolve_config_path(path)
+    raw = _read_with_dynaconf(config_path)
+    settings = validate_config(raw)
+    _validate_plugins(settings)
+    return settings
+
+
+def validate_config(raw: dict[str, Any]) -> Settings:
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
+    """One line per error would scroll; the first error, key path first, is what users fix."""
+    first = exc.errors()[0]
+    path = ".".join(str(part) for part in (*prefix.split(".") if prefix else (), *first["loc"]))
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{path or 'config'}: {message}{more}"
+
+
+def _read_with_dynaconf(config_path: Path) -> dict[str, Any]:
+    if not config_path.is_file():
+        raise ConfigError(f"config file not found: {config_path}")
+    from dynaconf import Dynaconf  # imported here: a second or two off `--help`
+
+    try:
+        loaded = Dynaconf(
+            settings_files=[str(config_path)],
+            envvar_prefix=ENV_PREFIX,
+            environments=False,
+            load_dotenv=False,
+            merge_enabled=False,
+        )
+        data = loaded.as_dict()
+    except Exception as exc:  # dynaconf raises YAML/TOML parser errors of many types
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"{config_path}: cannot parse: {detail}") from None
+    data.pop("CONFIG", None)  # PRIORITY_PUBSUB_CONFIG names the file, it is not a key
+    return {str(key).lower(): value for key, value in data.items()}
+
+
+def _validate_plugins(settings: Settings) -> None:
+    from priority_pubsub.plugins import driver_class, transform_class
+
+    cls = driver_class(settings.driver.type)
+    try:
+        cls.options_model.model_validate(settings.driver.options())
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, prefix="driver")) from None
+    for index, name in enumerate(settings.transforms):
+        try:
+            transform_class(name)
+        except ConfigError as exc:
+            raise ConfigError(f"transforms.{index}: {exc}") from None
