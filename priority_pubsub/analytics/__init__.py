@@ -1,0 +1,1 @@
+"""The PySpark delivery report (extra ``spark``); never imported by the sidecar."""
