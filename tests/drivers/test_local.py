@@ -1,0 +1,136 @@
+"""The local SQLite driver through the conformance suite, plus its own guarantees."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from priority_pubsub.drivers.base import DriverContext
+from priority_pubsub.drivers.local import DEAD_LETTER_REASON, LocalDriver, LocalOptions
+from priority_pubsub.errors import MessageTooLarge
+from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness
+
+pytestmark = pytest.mark.local
+QUEUES = ("high", "normal", "low")
+
+
+def make_local(path: Path, lease_s: float = 30, **options: object) -> LocalDriver:
+    context = DriverContext(queues=QUEUES, dead_letter_queue="dead", lease_duration_s=lease_s)
+    return LocalDriver(LocalOptions(path=path, **options), context)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[DriverHarness]:
+    path = tmp_path / "queues.db"
+    made: list[LocalDriver] = []
+    publisher = make_local(path)
+    await publisher.start()
+
+    async def make_driver(lease_s: float) -> LocalDriver:
+        driver = make_local(path, lease_s)
+        await driver.start()
+        made.append(driver)
+        return driver
+
+    async def publish(queue: str, body: bytes, attributes: dict[str, str]) -> None:
+        await publisher.publish(queue, body, attributes)
+
+    async def dead_letters() -> list[DeadLetter]:
+        letters = []
+        while batch := await publisher.receive("dead", 10, 0):
+            for message in batch:
+                letters.append(DeadLetter(
+                    message.body, message.attributes, message.attributes.get(DEAD_LETTER_REASON)
+                ))
+                await publisher.ack(message)
+        return letters
+
+    yield DriverHarness(
+        queues=QUEUES, dead_letter_queue="dead", make_driver=make_driver, publish=publish,
+        dead_letters=dead_letters, lease_s=1.0, settle_s=0.2,
+    )
+    for driver in made:
+        await driver.close()
+    await publisher.close()
+
+
+class TestLocalConformance(DriverConformance):
+    pass
+
+
+async def test_publish_refuses_oversized_body(tmp_path: Path) -> None:
+    driver = make_local(tmp_path / "q.db", max_message_bytes=10)
+    await driver.start()
+    try:
+        with pytest.raises(MessageTooLarge, match="max_message_bytes"):
+            await driver.publish("high", b"x" * 11)
+        assert (await driver.depth("high")).visible == 0
+    finally:
+        await driver.close()
+
+
+async def test_messages_survive_reopening_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    first = make_local(path, lease_s=1)
+    await first.start()
+    await first.publish("low", b"durable", {"a": "1"})
+    [claimed] = await first.receive("low", 1, 0)
+    await first.close()  # closed while holding a lease: the lease must still lapse
+    second = make_local(path, lease_s=1)
+    await second.start()
+    try:
+        depth = await second.depth("low")
+        assert (depth.visible, depth.in_flight) == (0, 1)
+        [again] = await second.receive("low", 1, 5)
+        assert (again.body, again.attempt, again.id) == (b"durable", 2, claimed.id)
+    finally:
+        await second.close()
+
+
+async def test_claims_in_fifo_order_and_batches(tmp_path: Path) -> None:
+    driver = make_local(tmp_path / "q.db")
+    await driver.start()
+    try:
+        for n in range(25):
+            await driver.publish("normal", str(n).encode())
+        got = await driver.receive("normal", 10, 0)
+        assert [m.body for m in got] == [str(n).encode() for n in range(10)]
+        depth = await driver.depth("normal")
+        assert (depth.visible, depth.in_flight) == (15, 10)
+    finally:
+        await driver.close()
+
+
+async def test_waiting_receive_sees_another_process_commit(tmp_path: Path) -> None:
+    """A second driver instance has its own connection, like another process would."""
+    path = tmp_path / "q.db"
+    waiter, writer = make_local(path), make_local(path)
+    await waiter.start()
+    await writer.start()
+    try:
+        task = asyncio.create_task(waiter.receive("high", 1, 5))
+        await asyncio.sleep(0.3)
+        await writer.publish("high", b"foreign")
+        [message] = await asyncio.wait_for(task, 2)
+        assert message.body == b"foreign"
+    finally:
+        await waiter.close()
+        await writer.close()
+
+
+async def test_ping_fails_when_file_disappears(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    driver = make_local(path)
+    await driver.start()
+    try:
+        await driver.ping()
+        path.rename(tmp_path / "moved.db")
+        from priority_pubsub.errors import DriverUnavailable
+
+        with pytest.raises(DriverUnavailable):
+            await driver.ping()
+    finally:
+        await driver.close()
