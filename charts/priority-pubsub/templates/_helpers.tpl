@@ -1,0 +1,119 @@
+{{/*
+Names and labels. Every helper takes the chart's own context (`.` here, or
+`index .Subcharts "priority-pubsub"` from a parent chart), so a parent renders the same names
+as this chart does.
+*/}}
+
+{{- define "priority-pubsub.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "priority-pubsub.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "priority-pubsub.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "priority-pubsub.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "priority-pubsub.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "priority-pubsub.labels" -}}
+helm.sh/chart: {{ include "priority-pubsub.chart" . }}
+{{ include "priority-pubsub.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: priority-pubsub
+{{- end }}
+
+{{- define "priority-pubsub.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "priority-pubsub.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "priority-pubsub.configMapName" -}}
+{{- printf "%s-config" (include "priority-pubsub.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The config file exactly as the ConfigMap carries it; also hashed into a pod annotation. */}}
+{{- define "priority-pubsub.configYaml" -}}
+{{- include "priority-pubsub.validate" . }}
+{{- toYaml .Values.config }}
+{{- end }}
+
+{{- define "priority-pubsub.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+Checks Helm can make before anything reaches the cluster. The sidecar validates the rest of
+the config at start-up; these are the mistakes that only show in Kubernetes.
+*/}}
+{{- define "priority-pubsub.validate" -}}
+{{- $config := .Values.config }}
+{{- $server := default dict $config.server }}
+{{- $host := toString (default "127.0.0.1" $server.host) }}
+{{- if has $host (list "127.0.0.1" "localhost" "::1") }}
+{{- fail (printf "config.server.host is %s: the kubelet probes the pod IP, use 0.0.0.0" $host) }}
+{{- end }}
+{{- $app := default dict $config.app }}
+{{- if $app.api_token }}
+{{- fail "config.app.api_token: keep secrets out of values; set secrets.existingSecret and secrets.apiTokenKey" }}
+{{- end }}
+{{- $driver := default dict $config.driver }}
+{{- if $driver.connection_string }}
+{{- fail "config.driver.connection_string: keep secrets out of values; set secrets.existingSecret and secrets.connectionStringKey" }}
+{{- end }}
+{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.apiTokenKey) (not .Values.secrets.existingSecret) }}
+{{- fail "secrets.existingSecret is required when secrets.connectionStringKey or secrets.apiTokenKey is set" }}
+{{- end }}
+{{- end }}
+
+{{/* ceil(shutdown.grace_s): the app's preStop sleep unless app.preStopSleepSeconds is set. */}}
+{{- define "priority-pubsub.graceSeconds" -}}
+{{- $shutdown := default dict .Values.config.shutdown }}
+{{- $grace := 30.0 }}
+{{- if hasKey $shutdown "grace_s" }}{{ $grace = float64 $shutdown.grace_s }}{{ end }}
+{{- ceil $grace | int }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds for the pod: the sidecar's shutdown.grace_s to finish in-flight
+tasks, plus a margin to return what is left to the queues.
+*/}}
+{{- define "priority-pubsub.terminationGracePeriodSeconds" -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- add (include "priority-pubsub.graceSeconds" . | int) (int .Values.sidecar.terminationMarginSeconds) }}
+{{- else }}
+{{- int .Values.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}
+
+{{- define "priority-pubsub.metricsPort" -}}
+{{- $server := default dict .Values.config.server }}
+{{- int (default 9464 $server.port) }}
+{{- end }}
+
+{{/* The queues KEDA scales on: keda.queues, else the highest-priority queue. */}}
+{{- define "priority-pubsub.kedaQueues" -}}
+{{- if .Values.keda.queues }}
+{{- toJson .Values.keda.queues }}
+{{- else }}
+{{- toJson (list (first .Values.config.queues).name) }}
+{{- end }}
+{{- end }}

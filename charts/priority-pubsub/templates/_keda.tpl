@@ -1,0 +1,57 @@
+{{/*
+One KEDA trigger for one queue, derived from config.driver; keda.metadata is merged over it.
+KEDA wants every metadata value as a string.
+*/}}
+{{- define "priority-pubsub.keda.trigger" -}}
+{{- $root := .root }}
+{{- $driver := $root.Values.config.driver }}
+{{- $target := toString $root.Values.keda.targetPerReplica }}
+{{- $type := "" }}
+{{- $meta := dict }}
+{{- if eq $driver.type "sqs" }}
+{{- $type = "aws-sqs-queue" }}
+{{- $_ := set $meta "queueURL" .queue }}
+{{- $_ := set $meta "queueLength" $target }}
+{{- with $driver.region }}{{ $_ := set $meta "awsRegion" . }}{{ end }}
+{{- if not $root.Values.keda.authenticationRef }}{{ $_ := set $meta "identityOwner" "operator" }}{{ end }}
+{{- else if eq $driver.type "gcp_pubsub" }}
+{{- $type = "gcp-pubsub" }}
+{{- $sub := .queue }}
+{{- if and $driver.project (not (hasPrefix "projects/" $sub)) }}
+{{- $sub = printf "projects/%s/subscriptions/%s" $driver.project $sub }}
+{{- end }}
+{{- $_ := set $meta "subscriptionName" $sub }}
+{{- $_ := set $meta "mode" "SubscriptionSize" }}
+{{- $_ := set $meta "value" $target }}
+{{- else if eq $driver.type "azure_servicebus" }}
+{{- $type = "azure-servicebus" }}
+{{- if contains "/" .queue }}
+{{- $parts := splitList "/" .queue }}
+{{- $_ := set $meta "topicName" (index $parts 0) }}
+{{- $_ := set $meta "subscriptionName" (index $parts 1) }}
+{{- else }}
+{{- $_ := set $meta "queueName" .queue }}
+{{- end }}
+{{- $_ := set $meta "messageCount" $target }}
+{{- with $driver.namespace }}{{ $_ := set $meta "namespace" (splitList "." . | first) }}{{ end }}
+{{- if .fromEnv }}{{ $_ := set $meta "connectionFromEnv" "PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING" }}{{ end }}
+{{- else }}
+{{- fail (printf "keda.enabled: no KEDA scaler for driver %q (sqs, gcp_pubsub, azure_servicebus)" $driver.type) }}
+{{- end }}
+{{- $meta = mergeOverwrite $meta $root.Values.keda.metadata }}
+{{- if and (eq $type "aws-sqs-queue") (not $meta.awsRegion) }}
+{{- fail "keda: set config.driver.region or keda.metadata.awsRegion for the SQS scaler" }}
+{{- end }}
+{{- if and (eq $type "gcp-pubsub") (not $root.Values.keda.authenticationRef) (not $meta.credentialsFromEnv) }}
+{{- fail "keda: the gcp-pubsub scaler needs keda.authenticationRef (e.g. podIdentity gcp) or keda.metadata.credentialsFromEnv" }}
+{{- end }}
+- type: {{ $type }}
+  metadata:
+    {{- range $key, $value := $meta }}
+    {{ $key }}: {{ toString $value | quote }}
+    {{- end }}
+  {{- with $root.Values.keda.authenticationRef }}
+  authenticationRef:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}

@@ -1,0 +1,135 @@
+{{/*
+The sidecar as a library: named templates to add priority-pubsub to any pod spec.
+
+This chart's own Deployment uses them, and so can a parent chart that lists this chart as a
+dependency (with `mode: sidecar` in its values for it). Pass the subchart's context:
+
+  {{- $pp := index .Subcharts "priority-pubsub" }}
+  spec:
+    serviceAccountName: {{ include "priority-pubsub.serviceAccountName" $pp }}
+    terminationGracePeriodSeconds: {{ include "priority-pubsub.terminationGracePeriodSeconds" $pp }}
+    {{- with include "priority-pubsub.sidecar.initContainers" $pp }}
+    initContainers:
+      {{- . | nindent 6 }}
+    {{- end }}
+    containers:
+      - name: my-app
+        ...
+      {{- include "priority-pubsub.sidecar.containers" $pp | nindent 6 }}
+    volumes:
+      {{- include "priority-pubsub.sidecar.volumes" $pp | nindent 6 }}
+
+`sidecar.containers` renders the sidecar only when sidecar.native is false and
+`sidecar.initContainers` only when it is true, so include both. Add
+`include "priority-pubsub.sidecar.podAnnotations" $pp` to the pod template's annotations to
+roll the pods when the config changes.
+*/}}
+
+{{/* The sidecar container, one list item. */}}
+{{- define "priority-pubsub.sidecar.container" -}}
+- name: priority-pubsub
+  image: {{ include "priority-pubsub.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- if .Values.sidecar.native }}
+  # A native sidecar: started before the app containers, stopped after them.
+  restartPolicy: Always
+  {{- end }}
+  # The image's ENTRYPOINT is `priority-pubsub run`; it finds its config through this variable.
+  env:
+    - name: PRIORITY_PUBSUB_CONFIG
+      value: /etc/priority-pubsub/config.yaml
+    {{- with .Values.secrets }}
+    {{- if .connectionStringKey }}
+    - name: PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING
+      valueFrom:
+        secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .connectionStringKey | quote }}}
+    {{- end }}
+    {{- if .apiTokenKey }}
+    - name: PRIORITY_PUBSUB_APP__API_TOKEN
+      valueFrom:
+        secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .apiTokenKey | quote }}}
+    {{- end }}
+    {{- end }}
+    {{- with .Values.sidecar.env }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with .Values.sidecar.envFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  ports:
+    - name: metrics
+      containerPort: {{ include "priority-pubsub.metricsPort" . }}
+      protocol: TCP
+  {{- with .Values.sidecar.startupProbe }}
+  startupProbe:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.sidecar.livenessProbe }}
+  livenessProbe:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.sidecar.readinessProbe }}
+  readinessProbe:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.sidecar.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.sidecar.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  volumeMounts:
+    - name: priority-pubsub-config
+      mountPath: /etc/priority-pubsub
+      readOnly: true
+    - name: priority-pubsub-data
+      mountPath: /data
+    # readOnlyRootFilesystem: SDKs and tempfile still want a writable /tmp.
+    - name: priority-pubsub-tmp
+      mountPath: /tmp
+    {{- with .Values.sidecar.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{/* The sidecar for `containers:`; empty when sidecar.native is true. */}}
+{{- define "priority-pubsub.sidecar.containers" -}}
+{{- if not .Values.sidecar.native }}
+{{- include "priority-pubsub.sidecar.container" . }}
+{{- end }}
+{{- end }}
+
+{{/* The sidecar for `initContainers:`; empty unless sidecar.native is true. */}}
+{{- define "priority-pubsub.sidecar.initContainers" -}}
+{{- if .Values.sidecar.native }}
+{{- include "priority-pubsub.sidecar.container" . }}
+{{- end }}
+{{- end }}
+
+{{/* The sidecar's volumes: the ConfigMap, /data and /tmp. */}}
+{{- define "priority-pubsub.sidecar.volumes" -}}
+- name: priority-pubsub-config
+  configMap:
+    name: {{ include "priority-pubsub.configMapName" . }}
+- name: priority-pubsub-data
+  {{- if .Values.sidecar.data.existingClaim }}
+  persistentVolumeClaim:
+    claimName: {{ .Values.sidecar.data.existingClaim }}
+  {{- else if .Values.sidecar.data.sizeLimit }}
+  emptyDir:
+    sizeLimit: {{ .Values.sidecar.data.sizeLimit }}
+  {{- else }}
+  emptyDir: {}
+  {{- end }}
+- name: priority-pubsub-tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- end }}
+
+{{/* Pod annotations that roll the pods when the config changes. */}}
+{{- define "priority-pubsub.sidecar.podAnnotations" -}}
+checksum/priority-pubsub-config: {{ include "priority-pubsub.configYaml" . | sha256sum }}
+{{- end }}
