@@ -188,7 +188,8 @@ def validate_config(raw: dict[str, Any]) -> Settings:
 def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
     """One line per error would scroll; the first error, key path first, is what users fix."""
     first = exc.errors()[0]
-    path = ".".join(str(part) for part in (*prefix.split(".") if prefix else (), *first["loc"]))
+    parts = [*(prefix.split(".") if prefix else []), *first["loc"]]
+    path = ".".join(str(part) for part in parts)
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         message = "unknown key"

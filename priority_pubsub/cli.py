@@ -1,0 +1,203 @@
+"""The ``priority-pubsub`` command line (DESIGN §6).
+
+Exit codes: 0 clean, 1 fatal error, 2 invalid config (one line naming the key path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+from priority_pubsub.config import Settings, load_config
+from priority_pubsub.errors import ConfigError, PriorityPubsubError
+
+T = TypeVar("T")
+app = typer.Typer(
+    name="priority-pubsub",
+    help="Priority subscriber sidecar: delivers queue messages to your app as CloudEvents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("-c", "--config", help="YAML config (default ./config.yaml or "
+                 "$PRIORITY_PUBSUB_CONFIG).", show_default=False),
+]
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"priority-pubsub: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _settings(path: Path | None) -> Settings:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        _fail(f"invalid config: {exc}", 2)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def _run_reporting(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        return _run(coro)
+    except ConfigError as exc:
+        _fail(f"invalid config: {exc}", 2)
+    except PriorityPubsubError as exc:
+        _fail(str(exc), 1)
+
+
+@app.command()
+def run(config: ConfigOption = None) -> None:
+    """Run the sidecar until SIGTERM/SIGINT; unfinished messages go back to their queue."""
+    from priority_pubsub.logs import configure_logging
+    from priority_pubsub.sidecar import Sidecar
+
+    settings = _settings(config)
+    configure_logging(settings.log.level, settings.log.format)
+    _run_reporting(Sidecar(settings).run())
+
+
+@app.command()
+def check(config: ConfigOption = None) -> None:
+    """Validate the config, reach the driver and the app, print the config (secrets masked)."""
+    from priority_pubsub.ops import check_reachability
+
+    settings = _settings(config)
+    typer.echo(json.dumps(settings.model_dump(mode="json"), indent=2))
+    problems = _run_reporting(check_reachability(settings))
+    for problem in problems:
+        typer.echo(f"FAIL {problem}", err=True)
+    if problems:
+        raise typer.Exit(1)
+    typer.echo("OK: config valid, driver and app reachable", err=True)
+
+
+@app.command()
+def publish(
+    queue: Annotated[str, typer.Argument(help="Queue to publish to.")],
+    config: ConfigOption = None,
+    data: Annotated[str | None, typer.Option(help="Message body as text.")] = None,
+    file: Annotated[Path | None, typer.Option(help="Read the body from this file.")] = None,
+    attr: Annotated[list[str] | None, typer.Option(help="Attribute K=V (repeatable).")] = None,
+    count: Annotated[int, typer.Option(min=1, help="Publish the body this many times.")] = 1,
+    content_type: Annotated[str | None, typer.Option(help="Body content type.")] = None,
+    via_sns: Annotated[str | None, typer.Option(
+        help="SQS driver only: publish through this SNS topic ARN, as Dapr's snssqs does."
+    )] = None,
+) -> None:
+    """Publish through the configured driver (body from --data, --file or stdin)."""
+    from priority_pubsub.ops import publish_messages
+
+    settings = _settings(config)
+    if data is not None and file is not None:
+        _fail("give --data or --file, not both", 2)
+    if data is not None:
+        body = data.encode()
+    else:
+        body = file.read_bytes() if file else sys.stdin.buffer.read()
+    attributes = _parse_attributes(attr or [])
+    ids = _run_reporting(
+        publish_messages(settings, queue, body, attributes, count, content_type, via_sns)
+    )
+    for message_id in ids:
+        typer.echo(message_id)
+
+
+def _parse_attributes(pairs: list[str]) -> dict[str, str]:
+    attributes: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            _fail(f"--attr expects K=V, got {pair!r}", 2)
+        attributes[name] = value
+    return attributes
+
+
+@app.command()
+def stats(
+    config: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Per queue: visible, in flight, delayed, dead-lettered, oldest age ("unknown" if the
+    broker cannot tell)."""
+    from priority_pubsub.ops import collect_stats, render_stats_table
+
+    settings = _settings(config)
+    report = _run_reporting(collect_stats(settings))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        render_stats_table(report)
+
+
+@app.command()
+def requeue(
+    from_queue: Annotated[str, typer.Option("--from", help="Dead-letter queue to drain.")],
+    to_queue: Annotated[str, typer.Option("--to", help="Queue to put messages back on.")],
+    config: ConfigOption = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Move at most N messages.")] = None,
+) -> None:
+    """Redrive dead letters: body and attributes kept, attempts reset, the redrive recorded in
+    the ``requeued_from`` attribute.
+
+    Safe to interrupt: each message is published to --to before it is deleted from --from,
+    so an interruption can leave a message in both queues, never in neither.
+    """
+    from priority_pubsub.ops import requeue_messages
+
+    settings = _settings(config)
+    moved = _run_reporting(requeue_messages(settings, from_queue, to_queue, limit))
+    typer.echo(f"requeued {moved} message(s) from {from_queue} to {to_queue}")
+
+
+@app.command()
+def demo(
+    messages: Annotated[int, typer.Option(min=3, help="Size of the mixed-priority burst.")] = 60,
+    task_ms: Annotated[int, typer.Option(min=0, help="How long the sample app works.")] = 150,
+) -> None:
+    """The tour: sidecar + bundled sample app + a mixed-priority burst, shown live."""
+    from priority_pubsub.demo import run_demo
+
+    _run_reporting(run_demo(messages=messages, task_ms=task_ms))
+
+
+@app.command()
+def report(
+    journal_glob: Annotated[str, typer.Argument(help="Journal files: path, glob or URI.")],
+    out: Annotated[Path, typer.Option("--out", help="Output directory.")],
+    master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
+    since: Annotated[str | None, typer.Option(help="Only records settled at/after (ISO).")] = None,
+    until: Annotated[str | None, typer.Option(help="Only records settled before (ISO).")] = None,
+    target_wait_s: Annotated[float, typer.Option(help="Target p95 wait for capacity.")] = 60.0,
+) -> None:
+    """Delivery report on PySpark: Parquet tables and report.html (needs the spark extra)."""
+    try:
+        from priority_pubsub.analytics.report import main as report_main
+    except ImportError as exc:
+        _fail(f"the report needs the spark extra: pip install 'priority-pubsub[spark]' ({exc})", 1)
+    argv = [journal_glob, "--out", str(out), "--master", master, "--target-wait-s",
+            str(target_wait_s)]
+    if since:
+        argv += ["--since", since]
+    if until:
+        argv += ["--until", until]
+    raise typer.Exit(report_main(argv))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,125 @@
+"""Receiving: fill free worker slots from the queues, in the scheduler's order.
+
+Never takes more messages than free slots (no prefetch: another replica should get them).
+When every queue is empty it waits on all queues at once with the broker's own long poll /
+wake-up, so an idle sidecar costs almost nothing, and a message arriving on a higher queue
+never waits behind a long poll on a lower one. After waking it re-checks the higher queues,
+and returns any surplus (lowest priority first) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+
+from priority_pubsub.config import Settings
+from priority_pubsub.drivers.base import Driver
+from priority_pubsub.errors import DriverError
+from priority_pubsub.logs import get_logger
+from priority_pubsub.message import Message
+from priority_pubsub.metrics import Metrics
+from priority_pubsub.scheduler import plan
+
+log = get_logger(__name__)
+IDLE_WAIT_S = 20.0
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        settings: Settings,
+        driver: Driver,
+        metrics: Metrics,
+        rng: random.Random | None = None,
+        idle_wait_s: float = IDLE_WAIT_S,
+    ) -> None:
+        self._settings = settings
+        self._driver = driver
+        self._metrics = metrics
+        self._rng = rng or random.Random()
+        self._names = settings.queue_names
+        self._weights = [q.weight for q in settings.queues]
+        self._idle_wait_s = idle_wait_s
+        self.healthy = True
+
+    async def take(self, free: int) -> list[Message]:
+        """Up to ``free`` messages, highest priority first; waits while all queues are empty."""
+        messages = await self._sweep(free, frozenset())
+        if messages:
+            return messages
+        woken = await self._wait_any(free)
+        if not woken:
+            return []
+        if self._settings.scheduling == "strict":
+            best = min(m.priority for m in woken)
+            higher = frozenset(range(best, len(self._names)))
+            woken = await self._sweep(free, higher) + woken
+        return await self._keep_best(woken, free)
+
+    async def _sweep(self, free: int, skip: frozenset[int]) -> list[Message]:
+        got: list[Message] = []
+        empty = set(skip)
+        while len(got) < free:
+            picks = plan(self._settings.scheduling, self._weights, free - len(got),
+                         frozenset(empty), self._rng)
+            if not picks:
+                break
+            for index, count in picks:
+                wanted = min(count, free - len(got))
+                if wanted <= 0:
+                    break
+                batch = await self._receive(index, wanted, 0)
+                got += batch
+                if len(batch) < wanted:
+                    empty.add(index)
+        return got
+
+    async def _wait_any(self, free: int) -> list[Message]:
+        tasks = [
+            asyncio.create_task(self._receive(i, free, self._idle_wait_s), name=f"wait-{name}")
+            for i, name in enumerate(self._names)
+        ]
+        try:
+            pending: set[asyncio.Task[list[Message]]] = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
+                    break
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        woken: list[Message] = []
+        errors: list[BaseException] = []
+        for task in tasks:
+            if task.cancelled():
+                continue
+            if (error := task.exception()) is not None:
+                errors.append(error)
+            else:
+                woken += task.result()
+        if not woken and errors:
+            raise errors[0]
+        return woken
+
+    async def _keep_best(self, messages: list[Message], free: int) -> list[Message]:
+        messages.sort(key=lambda m: m.priority)
+        keep, surplus = messages[:free], messages[free:]
+        for message in surplus:
+            with contextlib.suppress(DriverError):
+                await self._driver.retry(message, 0)
+        return keep
+
+    async def _receive(self, index: int, count: int, wait_s: float) -> list[Message]:
+        name = self._names[index]
+        try:
+            batch = await self._driver.receive(name, count, wait_s)
+        except DriverError as exc:
+            self.healthy = False
+            log.warning("receive failed", queue=name, error=str(exc), retriable=exc.retriable)
+            raise
+        self.healthy = True
+        self._metrics.receive_calls.labels(name, "true" if not batch else "false").inc()
+        return batch
+

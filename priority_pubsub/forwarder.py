@@ -1,0 +1,78 @@
+"""Deliver one attempt to the app over HTTP and read its answer as an ``Outcome``.
+
+One ``aiohttp.ClientSession`` serves the whole sidecar; its connector is sized to the
+concurrency so connections are reused and never exceed the app's capacity.
+"""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+
+from priority_pubsub.cloudevent import AppRequest
+from priority_pubsub.config import AppConfig
+from priority_pubsub.outcome import Outcome
+
+
+def classify(status: int, body: bytes, fatal_codes: tuple[int, ...]) -> Outcome:
+    """Dapr's response table (DESIGN §4), exactly."""
+    if 200 <= status < 300:
+        return _classify_success(status, body)
+    if status == 404:
+        return Outcome.drop("app returned 404", status)
+    if status in fatal_codes:
+        return Outcome.dead(f"app returned fatal status {status}", status)
+    return Outcome.retry(f"app returned {status}", status)
+
+
+def _classify_success(status: int, body: bytes) -> Outcome:
+    try:
+        document = json.loads(body) if body.strip() else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return Outcome.ack(status)
+    if not isinstance(document, dict):
+        return Outcome.ack(status)
+    answer = document.get("status")
+    if answer is None or answer == "" or str(answer).upper() == "SUCCESS":
+        return Outcome.ack(status)
+    if str(answer).upper() == "DROP":
+        return Outcome.drop("app answered DROP", status)
+    if str(answer).upper() == "RETRY":
+        return Outcome.retry("app answered RETRY", status)
+    return Outcome.retry(f"app answered unknown status {str(answer)[:40]!r}", status)
+
+
+class Forwarder:
+    """Posts requests to the app; every failure becomes an ``Outcome``, never an exception."""
+
+    def __init__(self, app: AppConfig, concurrency: int) -> None:
+        self._app = app
+        self._concurrency = concurrency
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=self._concurrency, limit_per_host=self._concurrency, keepalive_timeout=60
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=self._app.timeout_s),
+            raise_for_status=False,
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def forward(self, url: str, request: AppRequest) -> Outcome:
+        assert self._session is not None, "start() first"
+        try:
+            async with self._session.post(url, data=request.body, headers=request.headers) as rsp:
+                body = await rsp.content.read(self._app.max_response_bytes)
+                return classify(rsp.status, body, self._app.fatal_codes)
+        except TimeoutError:
+            return Outcome.retry(f"app did not answer within {self._app.timeout_s:g}s")
+        except aiohttp.ClientError as exc:
+            return Outcome.retry(f"app unreachable: {type(exc).__name__}: {exc}"[:300])

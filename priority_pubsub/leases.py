@@ -1,0 +1,62 @@
+"""The lease keeper: extends a message's lease while the app works on it.
+
+Extends every ``duration/3`` so two consecutive failures still leave time before expiry. A
+``LeaseLost`` stops the keeper and is remembered: the later settle will be refused by the
+driver and reported, never silently attempted as if nothing happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from priority_pubsub.drivers.base import Driver
+from priority_pubsub.errors import DriverError, LeaseLost
+from priority_pubsub.logs import get_logger
+from priority_pubsub.message import Message
+from priority_pubsub.metrics import Metrics
+
+log = get_logger(__name__)
+
+
+class LeaseKeeper:
+    def __init__(
+        self, driver: Driver, message: Message, duration_s: float, metrics: Metrics
+    ) -> None:
+        self._driver = driver
+        self._message = message
+        self._duration_s = duration_s
+        self._metrics = metrics
+        self._task: asyncio.Task[None] | None = None
+        self.lost = False
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._keep(), name=f"lease-{self._message.id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _keep(self) -> None:
+        interval = self._duration_s / 3
+        message = self._message
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._driver.extend(message, self._duration_s)
+            except LeaseLost as exc:
+                self.lost = True
+                log.error("lease lost while the app works", message_id=message.id,
+                          queue=message.queue, error=str(exc))
+                return
+            except DriverError as exc:
+                # Try again sooner while the current lease still runs.
+                log.warning("lease extension failed", message_id=message.id,
+                            queue=message.queue, error=str(exc), retriable=exc.retriable)
+                interval = max(0.5, min(interval, message.lease.remaining_s() / 3))
+                continue
+            interval = self._duration_s / 3
+            self._metrics.lease_extensions.labels(message.queue).inc()

@@ -1,0 +1,53 @@
+"""Prometheus metrics (DESIGN §7). Labels are bounded sets: queue, priority, outcome, empty.
+
+Each sidecar owns its registry, so tests can run several in one process.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# 10 ms .. 1 h: short acks and hour-long tasks both land in a meaningful bucket.
+DURATION_BUCKETS = (
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600,
+)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.received = Counter(
+            "priority_pubsub_messages_received", "Messages leased from a queue.",
+            ["queue", "priority"], registry=r,
+        )
+        self.settled = Counter(
+            "priority_pubsub_messages_settled", "Attempts settled, by outcome.",
+            ["queue", "priority", "outcome"], registry=r,
+        )
+        self.forward_seconds = Histogram(
+            "priority_pubsub_forward_seconds", "Time the app took to answer one attempt.",
+            ["queue"], buckets=DURATION_BUCKETS, registry=r,
+        )
+        self.wait_seconds = Histogram(
+            "priority_pubsub_wait_seconds", "Time from enqueue to receive.",
+            ["queue"], buckets=DURATION_BUCKETS, registry=r,
+        )
+        self.in_flight = Gauge(
+            "priority_pubsub_in_flight", "Messages held by workers now.", registry=r
+        )
+        self.queue_depth = Gauge(
+            "priority_pubsub_queue_depth", "Visible messages per queue, when the broker tells.",
+            ["queue"], registry=r,
+        )
+        self.lease_extensions = Counter(
+            "priority_pubsub_lease_extensions", "Lease extensions made while the app works.",
+            ["queue"], registry=r,
+        )
+        self.receive_calls = Counter(
+            "priority_pubsub_receive_calls", "Receive calls to the broker, by whether empty.",
+            ["queue", "empty"], registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

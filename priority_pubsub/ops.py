@@ -1,0 +1,154 @@
+"""Operator tools behind the CLI: check, publish, stats, requeue.
+
+Each opens the configured driver for the duration of one command and closes it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+
+from priority_pubsub.config import Settings
+from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger, Publisher
+from priority_pubsub.errors import ConfigError, DriverError
+
+STATS_VERSION = 1
+REQUEUED_FROM = "requeued_from"
+_DEAD_LETTER_MARKERS = ("dead_letter_reason", "dead_letter_source")
+
+
+@contextlib.asynccontextmanager
+async def open_driver(settings: Settings, start_timeout_s: float = 15.0) -> AsyncIterator[Driver]:
+    from priority_pubsub.sidecar import build_driver
+
+    driver = build_driver(settings)
+    try:
+        await asyncio.wait_for(driver.start(), start_timeout_s)
+    except TimeoutError:
+        await driver.close()
+        raise DriverError(f"driver {settings.driver.type} did not connect within "
+                          f"{start_timeout_s:g}s", retriable=True) from None
+    except BaseException:
+        await driver.close()
+        raise
+    try:
+        yield driver
+    finally:
+        await driver.close()
+
+
+async def check_reachability(settings: Settings) -> list[str]:
+    """Problems found reaching the driver and the app (empty: all good)."""
+    problems: list[str] = []
+    try:
+        async with open_driver(settings) as driver:
+            if isinstance(driver, Pinger):
+                await driver.ping()
+    except DriverError as exc:
+        problems.append(f"driver {settings.driver.type}: {exc}")
+    try:
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(timeout=timeout) as session, \
+                session.options(settings.app.url) as response:
+            await response.read()  # any HTTP answer means the app is listening
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        problems.append(f"app {settings.app.url}: unreachable ({type(exc).__name__}: {exc})")
+    return problems
+
+
+async def publish_messages(
+    settings: Settings,
+    queue: str,
+    body: bytes,
+    attributes: Mapping[str, str],
+    count: int,
+    content_type: str | None,
+    via_sns: str | None = None,
+) -> list[str]:
+    async with open_driver(settings) as driver:
+        if via_sns is not None:
+            publish_sns = getattr(driver, "publish_via_sns", None)
+            if publish_sns is None:
+                raise ConfigError(f"--via-sns needs the sqs driver, not {settings.driver.type}")
+            return [await publish_sns(via_sns, body, dict(attributes)) for _ in range(count)]
+        if not isinstance(driver, Publisher):
+            raise ConfigError(f"driver {settings.driver.type} cannot publish")
+        ids: list[str] = []
+        for start in range(0, count, 100):  # concurrent in chunks: batched by the driver
+            chunk = min(100, count - start)
+            ids += await asyncio.gather(*(
+                driver.publish(queue, body, attributes, content_type) for _ in range(chunk)
+            ))
+        return ids
+
+
+async def collect_stats(settings: Settings) -> dict[str, Any]:
+    """The ``stats --json`` document (version 1, documented in the README)."""
+    async with open_driver(settings) as driver:
+        queues = [
+            {"name": name, "priority": priority, **await _depth(driver, name)}
+            for priority, name in enumerate(settings.queue_names)
+        ]
+        dead = None
+        if settings.dead_letter is not None:
+            dead = {"name": settings.dead_letter.queue,
+                    **await _depth(driver, settings.dead_letter.queue)}
+    return {"v": STATS_VERSION, "driver": settings.driver.type, "queues": queues,
+            "dead_letter": dead}
+
+
+async def _depth(driver: Driver, queue: str) -> dict[str, Any]:
+    if not isinstance(driver, DepthReporter):
+        return {"visible": None, "in_flight": None, "delayed": None, "oldest_age_s": None}
+    depth = await driver.depth(queue)
+    age = None if depth.oldest_age_s is None else round(depth.oldest_age_s, 3)
+    return {"visible": depth.visible, "in_flight": depth.in_flight, "delayed": depth.delayed,
+            "oldest_age_s": age}
+
+
+def render_stats_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"priority-pubsub queues ({report['driver']})")
+    for column in ("queue", "priority", "visible", "in flight", "delayed", "oldest age (s)"):
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    rows = [(q, str(q["priority"])) for q in report["queues"]]
+    if report["dead_letter"]:
+        rows.append((report["dead_letter"], "dead letters"))
+    for entry, priority in rows:
+        table.add_row(entry["name"], priority, *(
+            "unknown" if entry[key] is None else str(entry[key])
+            for key in ("visible", "in_flight", "delayed", "oldest_age_s")
+        ))
+    Console().print(table)
+
+
+async def requeue_messages(
+    settings: Settings, from_queue: str, to_queue: str, limit: int | None
+) -> int:
+    """Move dead letters back: publish to ``to_queue`` first, then ack from ``from_queue``.
+
+    An interruption between the two leaves the message in both queues, never in neither.
+    """
+    moved = 0
+    async with open_driver(settings) as driver:
+        if not isinstance(driver, Publisher):
+            raise ConfigError(f"driver {settings.driver.type} cannot publish")
+        while limit is None or moved < limit:
+            want = 10 if limit is None else min(10, limit - moved)
+            batch = await driver.receive(from_queue, want, 0)
+            if not batch:
+                break
+            for message in batch:
+                attributes = {k: v for k, v in message.attributes.items()
+                              if k not in _DEAD_LETTER_MARKERS}
+                attributes[REQUEUED_FROM] = from_queue
+                await driver.publish(to_queue, message.body, attributes, message.content_type)
+                await driver.ack(message)
+                moved += 1
+    return moved

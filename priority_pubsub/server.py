@@ -1,0 +1,54 @@
+"""The sidecar's own small HTTP server: liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from priority_pubsub.logs import get_logger
+
+if TYPE_CHECKING:
+    from priority_pubsub.sidecar import Sidecar
+
+log = get_logger(__name__)
+
+
+class OpsServer:
+    def __init__(self, sidecar: Sidecar) -> None:
+        self._sidecar = sidecar
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        config = self._sidecar.settings.server
+        site = web.TCPSite(self._runner, config.host, config.port)
+        await site.start()
+        addresses = self._runner.addresses
+        self.port = int(addresses[0][1]) if addresses else config.port
+        log.info("ops server listening", host=config.host, port=self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        problem = await self._sidecar.readiness_problem()
+        if problem:
+            return web.json_response({"status": "not ready", "reason": problem}, status=503)
+        return web.json_response({"status": "ready"})
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        body = self._sidecar.metrics.render()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,181 @@
+"""One worker's handling of one message: transform, forward, decide, settle, journal.
+
+The forwarder returns an ``Outcome`` value; this module turns it into exactly one driver
+call. Settling is shielded from cancellation (a shutdown must not leave a half-settled
+message) and a retriable settle failure is retried until the lease would have lapsed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from priority_pubsub.cloudevent import build_request, is_expired
+from priority_pubsub.config import Settings
+from priority_pubsub.drivers.base import Driver
+from priority_pubsub.errors import DriverError, LeaseLost, TransformError
+from priority_pubsub.forwarder import Forwarder
+from priority_pubsub.journal import JournalRecord, JournalWriter
+from priority_pubsub.leases import LeaseKeeper
+from priority_pubsub.logs import get_logger
+from priority_pubsub.message import Message, now_ms
+from priority_pubsub.metrics import Metrics
+from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.transforms.base import Payload, TransformChain
+
+log = get_logger("priority_pubsub.delivery")
+SHUTDOWN_REASON = "sidecar shutting down: returned to the queue"
+_Call = Callable[[], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Attempt:
+    message: Message
+    forwarded_ms: int | None = None
+    outcome: Outcome | None = None
+
+
+class Worker:
+    """Shared by all worker tasks: holds no per-message state between calls."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        driver: Driver,
+        forwarder: Forwarder,
+        metrics: Metrics,
+        journal: JournalWriter | None,
+    ) -> None:
+        self._settings = settings
+        self._driver = driver
+        self._forwarder = forwarder
+        self._metrics = metrics
+        self._journal = journal
+        self._chain = TransformChain.from_names(settings.transforms)
+        self._routes = {q.name: settings.app.url + q.route for q in settings.queues}
+        self._token = settings.app.api_token.get_secret_value()
+
+    async def handle(self, message: Message) -> None:
+        """Run one attempt to its settled end. Cancellation returns the message at once."""
+        attempt = Attempt(message)
+        keeper = LeaseKeeper(self._driver, message, self._settings.lease.duration_s,
+                             self._metrics)
+        keeper.start()
+        try:
+            attempt.outcome = await self._decide(attempt)
+        except asyncio.CancelledError:
+            attempt.outcome = Outcome.retry(SHUTDOWN_REASON)
+            await keeper.stop()
+            await asyncio.shield(self._settle(attempt, immediate=True))
+            raise
+        await keeper.stop()
+        await asyncio.shield(self._settle(attempt, immediate=False))
+
+    async def _decide(self, attempt: Attempt) -> Outcome:
+        message = attempt.message
+        max_attempts = self._settings.retry.max_attempts
+        if message.attempt > max_attempts:
+            return Outcome.dead(f"max attempts ({max_attempts}) exceeded before delivery")
+        try:
+            payload = self._chain(
+                Payload(message.body, dict(message.attributes), message.content_type)
+            )
+        except TransformError as exc:
+            return Outcome.dead(f"transform failed: {exc}")
+        request = build_request(
+            message, payload, delivery=self._settings.app.delivery, api_token=self._token
+        )
+        if is_expired(request.event, datetime.now(UTC)):
+            return Outcome.drop("expired: CloudEvent expiration has passed")
+        attempt.forwarded_ms = now_ms()
+        started = time.perf_counter()
+        outcome = await self._forwarder.forward(self._routes[message.queue], request)
+        self._metrics.forward_seconds.labels(message.queue).observe(
+            time.perf_counter() - started
+        )
+        return outcome
+
+    async def _settle(self, attempt: Attempt, *, immediate: bool) -> None:
+        message, outcome = attempt.message, attempt.outcome
+        assert outcome is not None
+        outcome = self._final_outcome(message, outcome)
+        delay_s = 0.0 if immediate else self._settings.retry.delay_for(message.attempt)
+        decided = outcome
+        try:
+            await self._with_retries(message, lambda: self._settle_call(message, decided, delay_s))
+        except LeaseLost as exc:
+            outcome = Outcome(outcome.kind, outcome.http_status,
+                              f"{outcome.reason or outcome.kind}; settle refused: {exc}")
+            log.error("settle refused: lease lost", **self._fields(message, outcome))
+        except DriverError as exc:
+            log.error("settle failed", error=str(exc), **self._fields(message, outcome))
+            outcome = Outcome(outcome.kind, outcome.http_status,
+                              f"{outcome.reason or outcome.kind}; settle failed: {exc}")
+        self._record(attempt, outcome)
+
+    def _final_outcome(self, message: Message, outcome: Outcome) -> Outcome:
+        max_attempts = self._settings.retry.max_attempts
+        if outcome.kind is Kind.RETRY and outcome.reason != SHUTDOWN_REASON \
+                and message.attempt >= max_attempts:
+            return Outcome.dead(
+                f"max attempts ({max_attempts}) reached; last: {outcome.reason}",
+                outcome.http_status,
+            )
+        return outcome
+
+    async def _settle_call(self, message: Message, outcome: Outcome, delay_s: float) -> None:
+        if outcome.kind is Kind.ACK:
+            await self._driver.ack(message)
+        elif outcome.kind is Kind.RETRY:
+            await self._driver.retry(message, delay_s)
+        elif self._driver.dead_letter_enabled:
+            await self._driver.dead_letter(message, outcome.reason or outcome.kind.value)
+        else:
+            # No dead-letter destination: delete, but the journal and the log keep the trace.
+            await self._driver.ack(message)
+
+    async def _with_retries(self, message: Message, call: _Call) -> None:
+        pause = 0.1
+        while True:
+            try:
+                await call()
+                return
+            except DriverError as exc:
+                if not exc.retriable or message.lease.remaining_s() < pause:
+                    raise
+                log.warning("settle failed, retrying", message_id=message.id,
+                            queue=message.queue, error=str(exc))
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
+    def _record(self, attempt: Attempt, outcome: Outcome) -> None:
+        message = attempt.message
+        settled = now_ms()
+        self._metrics.settled.labels(message.queue, str(message.priority),
+                                     outcome.kind.value).inc()
+        fields = self._fields(message, outcome)
+        duration_ms = settled - (attempt.forwarded_ms or message.received_ms)
+        if outcome.kind is Kind.ACK:
+            log.info("delivered", duration_ms=duration_ms, **fields)
+        else:
+            log.warning("not delivered", duration_ms=duration_ms, **fields)
+        if self._journal is not None:
+            self._journal.append(JournalRecord(
+                message_id=message.id, queue=message.queue, priority=message.priority,
+                driver=self._settings.driver.type, attempt=message.attempt,
+                enqueued_ms=message.enqueued_ms, received_ms=message.received_ms,
+                forwarded_ms=attempt.forwarded_ms, settled_ms=settled,
+                outcome=outcome.kind.value, http_status=outcome.http_status,
+                reason=outcome.reason, bytes=len(message.body),
+            ))
+
+    @staticmethod
+    def _fields(message: Message, outcome: Outcome) -> dict[str, object]:
+        return {
+            "message_id": message.id, "queue": message.queue, "priority": message.priority,
+            "attempt": message.attempt, "outcome": outcome.kind.value,
+            "http_status": outcome.http_status, "reason": outcome.reason,
+        }
