@@ -50,10 +50,21 @@ app.kubernetes.io/part-of: priority-pubsub
 {{- printf "%s-config" (include "priority-pubsub.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The config file exactly as the ConfigMap carries it; also hashed into a pod annotation. */}}
+{{/*
+The config file exactly as the ConfigMap carries it; also hashed into a pod annotation.
+Helm deep-merges user values over values.yaml, so a driver key in the defaults would leak into
+every other driver's section (and be refused there): the local driver's path on the data
+volume is therefore added here, only for the local driver.
+*/}}
 {{- define "priority-pubsub.configYaml" -}}
 {{- include "priority-pubsub.validate" . }}
-{{- toYaml .Values.config }}
+{{- $config := deepCopy .Values.config }}
+{{- $driver := default dict $config.driver }}
+{{- if and (eq (default "local" $driver.type) "local") (not (hasKey $driver "path")) }}
+{{- $_ := set $driver "path" "/data/queues.db" }}
+{{- $_ := set $config "driver" $driver }}
+{{- end }}
+{{- toYaml $config }}
 {{- end }}
 
 {{- define "priority-pubsub.image" -}}

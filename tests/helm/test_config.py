@@ -1,0 +1,129 @@
+"""The rendered ConfigMap, parsed back, is a config the sidecar accepts in that very pod.
+
+The config file alone is not what the sidecar sees: the pod's environment overrides it
+(secrets arrive as ``PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING`` and
+``PRIORITY_PUBSUB_APP__API_TOKEN``). So each test writes the ConfigMap's file, sets the
+sidecar container's environment (Secret references replaced by sample values) and runs the
+sidecar's own loader, ``load_config``: dynaconf, the Settings model and the chosen driver's
+options model, the same static checks ``priority-pubsub check`` starts with (``check`` then
+tries to reach the broker and the app, which a static test cannot).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from priority_pubsub.config import CONFIG_ENV, ENV_PREFIX, Settings, load_config
+from priority_pubsub.errors import ConfigError
+from tests.helm.conftest import Helm
+from tests.helm.manifests import (
+    EXAMPLES,
+    Doc,
+    config_of,
+    find,
+    sidecar_container,
+    unavailable,
+)
+
+pytestmark = pytest.mark.helm
+
+SAMPLE_SECRETS = {
+    "PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING": (
+        "Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=listen;"
+        "SharedAccessKey=c2FtcGxlLWtleQ=="
+    ),
+    "PRIORITY_PUBSUB_APP__API_TOKEN": "sample-token-4f9c",
+}
+EXAMPLES_BY_NAME = {p.name.removesuffix("-values.yaml"): p for p in EXAMPLES}
+DEPLOYMENT_EXAMPLES = [p for p in EXAMPLES if yaml.safe_load(p.read_text()).get("mode") != "sidecar"]
+
+
+def sidecar_environment(container: Doc, config_file: Path) -> dict[str, str]:
+    """The container's PRIORITY_PUBSUB_* variables as the sidecar would see them here."""
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        name = item["name"]
+        if not name.startswith(ENV_PREFIX):
+            continue
+        if name == CONFIG_ENV:
+            env[name] = str(config_file)  # the mount path does not exist on this machine
+        elif "valueFrom" in item:
+            env[name] = SAMPLE_SECRETS[name]
+        else:
+            env[name] = item["value"]
+    return env
+
+
+def load_as_sidecar(
+    docs: list[Doc], container: Doc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config_of(docs)))
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+    for name, value in sidecar_environment(container, config_file).items():
+        monkeypatch.setenv(name, value)
+    try:
+        return load_config()  # path from PRIORITY_PUBSUB_CONFIG, as in the container
+    except ConfigError as exc:
+        if "cannot be imported" in str(exc) or "unknown driver" in str(exc):
+            unavailable(f"driver not installed here: {exc}")
+        raise
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["classic", "native"])
+@pytest.mark.parametrize(
+    "example", DEPLOYMENT_EXAMPLES, ids=[p.name.removesuffix("-values.yaml") for p in DEPLOYMENT_EXAMPLES]
+)
+def test_rendered_config_is_accepted(
+    helm: Helm, example: Path, native: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = helm.render([example], [f"sidecar.native={str(native).lower()}"])
+    (deployment,) = find(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = sidecar_container(pod)
+    settings = load_as_sidecar(docs, container, tmp_path, monkeypatch)
+
+    values = yaml.safe_load(example.read_text())
+    assert settings.queue_names == tuple(q["name"] for q in values["config"]["queues"])
+    assert settings.driver.type == values["config"]["driver"]["type"]
+    assert settings.server.host == "0.0.0.0"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert settings.server.port == ports["metrics"]
+    assert pod["terminationGracePeriodSeconds"] > math.ceil(settings.shutdown.grace_s)
+    # Secrets from the environment land on the right keys, merged into the file's sections.
+    names = {item["name"] for item in container["env"]}
+    if "PRIORITY_PUBSUB_APP__API_TOKEN" in names:
+        token = settings.app.api_token.get_secret_value()
+        assert token == SAMPLE_SECRETS["PRIORITY_PUBSUB_APP__API_TOKEN"]
+        assert settings.app.url == values["config"]["app"]["url"]
+    if "PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING" in names:
+        options = settings.driver.options()
+        assert options["connection_string"] == SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING"]
+
+
+def test_default_values_config_is_accepted(
+    helm: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = helm.render(sets=["app.image.repository=registry.example.com/app"])
+    pod = find(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    settings = load_as_sidecar(docs, sidecar_container(pod), tmp_path, monkeypatch)
+    assert settings.driver.options()["path"] == "/data/queues.db"
+    assert settings.journal is not None and str(settings.journal.path) == "/data/journal"
+
+
+def test_a_numeric_secret_stays_a_string(
+    helm: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Environment values go through dynaconf's type parsing; a token of digits is still text."""
+    docs = helm.render([EXAMPLES_BY_NAME["azure_servicebus"]])
+    pod = find(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    monkeypatch.setitem(SAMPLE_SECRETS, "PRIORITY_PUBSUB_APP__API_TOKEN", "1234567890")
+    settings = load_as_sidecar(docs, sidecar_container(pod), tmp_path, monkeypatch)
+    assert settings.app.api_token.get_secret_value() == "1234567890"
