@@ -1,0 +1,508 @@
+"""The AWS SQS driver (boto3 in worker threads), compatible with Dapr's ``pubsub.aws.snssqs``.
+
+Verbs: receive = ReceiveMessage (long poll), ack = DeleteMessage, retry(delay) and extend =
+ChangeMessageVisibility, dead_letter = SendMessage to the configured DLQ then DeleteMessage.
+``attempt`` is SQS's ApproximateReceiveCount, ``enqueued_ms`` its SentTimestamp, the lease
+token an ``SqsReceipt`` (receipt handle + queue URL). Credentials and region come only from
+the standard AWS chain (environment, ~/.aws, web identity, instance/task role); ``region``
+and ``endpoint_url`` may be set in ``driver:``. Queue URLs are resolved once at start
+(GetQueueUrl) unless given in ``queue_urls``. The driver creates no queue, topic or policy.
+
+Leases. The lease deadline is a local estimate (response time + visibility). A settle after
+it passed raises ``LeaseLost`` *without calling SQS*: SQS (and moto) may accept a stale
+receipt handle and delete a message someone else now holds. ``extend`` alone is still tried
+up to 1 s past the estimate (a keeper running a little late rescues the lease). SQS caps a
+message's visibility at 12 h counted from its receive, in total: ``extend`` (and ``retry``)
+clamp to what is left, and once nothing is left ``extend`` raises ``LeaseLost`` — the message
+becomes visible at the current deadline and is delivered again, so tasks longer than 12 h
+cannot run exactly once on SQS.
+
+Dead letters and a queue's own RedrivePolicy. ``dead_letter`` sends the body and all message
+attributes to ``dead_letter.queue`` with ``dead_letter_reason`` and ``dead_letter_source``
+added (SQS allows 10 attributes: when full, these are dropped with a warning; the journal
+still has the reason), then deletes the original. If the source queue also has a
+RedrivePolicy, SQS moves a message to *its* DLQ by itself once ApproximateReceiveCount
+exceeds ``maxReceiveCount`` — without a reason, and before the sidecar sees the next
+attempt. Set ``maxReceiveCount`` above ``retry.max_attempts`` (e.g. max_attempts + 5) so the
+sidecar decides, and keep the policy as a safety net for messages no sidecar can settle
+(crash loops). Pointing both at the same queue is fine. A cancelled long poll that catches a
+message releases it (below), which SQS counts as a receive: a message can reach the
+sidecar with ``attempt`` one higher than its real tries, hence the margin.
+
+Priorities and long polls. The dispatcher sweeps queues in priority order with
+``wait_s=0`` and, when all are empty, long-polls all of them concurrently, takes the first
+answer and cancels the rest. A boto3 call cannot be interrupted, so a cancelled long poll
+keeps running in its thread: the driver *parks* it, and the next ``receive`` on that queue
+with ``wait_s > 0`` adopts it instead of issuing a new ReceiveMessage. Whatever a parked or
+abandoned poll returns while no ``receive`` is waiting for it is released at once
+(ChangeMessageVisibilityBatch, visibility 0), as is any surplus beyond ``max_messages``;
+cancelling never loses a message. Cost per idle cycle of ``wait_time_s`` (20 s) with N queues:
+N long polls (3 calls/min/queue) plus the dispatcher's N zero-wait sweeps; a message that
+wakes one poll costs at most N-1 extra receives for the sweeps (the parked polls are
+re-used, not re-issued) plus one ChangeMessageVisibilityBatch per message a parked poll
+catches with nobody waiting. ``calls`` counts every API call made, by action.
+
+Short polls (``wait_s=0``) ask a subset of SQS's servers and can answer empty while a queue
+holds a few messages; the next concurrent long poll asks them all, so such a message waits
+at most one sweep. ``empty_poll_wait_s: 1`` makes every sweep a 1 s long poll instead (no
+false empties, but up to 1 s per empty queue per sweep).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+import structlog
+from priority_pubsub.drivers.base import DriverContext, DriverOptions, QueueDepth
+from priority_pubsub.drivers.sqs_api import (
+    MAX_BATCH,
+    MAX_VISIBILITY_S,
+    MAX_WAIT_TIME_S,
+    SqsApi,
+    string_attributes,
+    whole_seconds,
+)
+from priority_pubsub.drivers.sqs_sns import dapr_cloudevent, publish_via_sns
+from pydantic import Field
+
+from priority_pubsub.errors import DriverError, LeaseLost, MessageTooLarge
+from priority_pubsub.message import Lease, Message, now_ms
+
+if TYPE_CHECKING:
+    from types_boto3_sqs.type_defs import (
+        MessageAttributeValueOutputTypeDef,
+        MessageAttributeValueTypeDef,
+        MessageTypeDef,
+    )
+
+__all__ = ["SqsDriver", "SqsOptions", "SqsReceipt", "dapr_cloudevent", "publish_via_sns"]
+
+DEAD_LETTER_REASON = "dead_letter_reason"
+DEAD_LETTER_SOURCE = "dead_letter_source"
+CONTENT_TYPE_ATTRIBUTE = "content-type"
+"""``publish(content_type=...)`` travels as this message attribute and comes back as
+``Message.content_type`` (SQS has no content type of its own)."""
+MAX_ATTRIBUTES = 10
+_REASON_CHARS = 1024
+_CLOCK_MARGIN_MS = 250  # the visibility clock starts at SQS shortly before we see the answer
+_EXTEND_GRACE_MS = 1000
+"""An extension this late is still asked of SQS: the local deadline is a conservative estimate
+and nobody can have received the message yet unless a consumer polled in that very second."""
+_VISIBILITY_MARGIN_S = 2  # stay clear of the 12 h total so SQS never refuses an extension
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+
+class SqsOptions(DriverOptions):
+    """The ``driver:`` keys for ``type: sqs``."""
+
+    region: str | None = None
+    endpoint_url: str | None = None
+    queue_urls: dict[str, str] = Field(default_factory=dict)
+    """Queue name -> URL; names not listed are resolved with GetQueueUrl at start."""
+    wait_time_s: int = Field(default=MAX_WAIT_TIME_S, ge=1, le=MAX_WAIT_TIME_S)
+    """The longest single long poll (SQS allows 20 s)."""
+    empty_poll_wait_s: int = Field(default=0, ge=0, le=MAX_WAIT_TIME_S)
+    """WaitTimeSeconds for ``wait_s=0`` receives (see the module docstring)."""
+    max_message_bytes: int = Field(default=262_144, ge=1, le=1_048_576)
+    max_connections: int = Field(default=32, ge=4, le=512)
+    """Worker threads and HTTP connections: long polls hold one each."""
+    connect_timeout_s: float = Field(default=5, gt=0)
+    close_wait_s: float = Field(default=MAX_WAIT_TIME_S + 1, ge=0)
+    """How long ``close`` waits for running long polls so it can release what they catch."""
+
+
+@dataclass(frozen=True, slots=True)
+class SqsReceipt:
+    """The lease token: what settling needs, plus what dead-lettering must carry over."""
+
+    handle: str
+    queue_url: str
+    raw_attributes: dict[str, MessageAttributeValueTypeDef]
+    group_id: str | None = None
+
+
+@dataclass(eq=False)
+class _Poll:
+    """One ReceiveMessage running in a worker thread; see "Priorities and long polls"."""
+
+    queue: str
+    url: str
+    ends_at: float
+    visibility_s: int
+    outcome: asyncio.Future[list[MessageTypeDef]]
+    claimed: bool = False
+    answered_ms: int = field(default=0)
+
+
+class SqsDriver:
+    """SQS queues, one per priority; see the module docstring for leases, DLQ and polling."""
+
+    name: ClassVar[str] = "sqs"
+    options_model: ClassVar[type[DriverOptions]] = SqsOptions
+
+    def __init__(self, options: DriverOptions, context: DriverContext) -> None:
+        if not isinstance(options, SqsOptions):
+            options = SqsOptions.model_validate(options.model_dump())
+        self.options = options
+        self.context = context
+        self.calls: Counter[str] = Counter()
+        """API calls made, by action, plus ``released`` (messages returned unseen)."""
+        self._api = SqsApi(
+            region=options.region, endpoint_url=options.endpoint_url,
+            max_connections=options.max_connections,
+            connect_timeout_s=options.connect_timeout_s,
+        )
+        self._executor: ThreadPoolExecutor | None = None
+        self._urls: dict[str, str] = {}
+        self._polls: set[_Poll] = set()
+        self._parked: dict[str, _Poll] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        known = set(self.context.queues) | {self.context.dead_letter_queue} - {None}
+        unknown = sorted(set(self.options.queue_urls) - known)
+        if unknown:
+            raise DriverError(f"driver.queue_urls: not configured queues: {unknown}")
+        self._executor = ThreadPoolExecutor(
+            self.options.max_connections, thread_name_prefix="sqs"
+        )
+        for name in self.context.queues:
+            await self._resolve(name)
+        if self.context.dead_letter_queue is not None:
+            await self._resolve(self.context.dead_letter_queue)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._parked.clear()
+        running = [poll.outcome for poll in self._polls]
+        if running:  # they release what they catch once they answer
+            await asyncio.wait(running, timeout=self.options.close_wait_s)
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=self.options.close_wait_s)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+        if not self._polls:  # a poll still running needs the client to release its catch
+            self._api.close()
+
+    @property
+    def dead_letter_enabled(self) -> bool:
+        return self.context.dead_letter_queue is not None
+
+    # -- consuming -------------------------------------------------------------------------
+
+    async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
+        url = self._url(queue)
+        if max_messages <= 0:
+            return []
+        loop = asyncio.get_running_loop()
+        poll = self._parked.pop(queue, None) if wait_s > 0 else None
+        timeout: float | None = None
+        if poll is not None:  # adopt the long poll a cancelled receive left running
+            self.calls["adopted"] += 1
+            if poll.ends_at > loop.time() + wait_s:
+                timeout = wait_s
+        else:
+            seconds = (
+                whole_seconds(wait_s, upper=self.options.wait_time_s)
+                if wait_s > 0
+                else self.options.empty_poll_wait_s
+            )
+            poll = self._start_poll(queue, url, max_messages, seconds)
+        raw = await self._claim(poll, timeout, parkable=wait_s > 0)
+        taken, surplus = raw[:max_messages], raw[max_messages:]
+        if surplus:
+            self._release_later(poll.url, surplus)
+        return [self._message(queue, poll, item) for item in taken]
+
+    def _start_poll(self, queue: str, url: str, max_messages: int, wait_s: int) -> _Poll:
+        loop = asyncio.get_running_loop()
+        visibility_s = max(1, whole_seconds(self.context.lease_duration_s))
+        poll = _Poll(queue, url, loop.time() + wait_s, visibility_s, loop.create_future())
+        self._polls.add(poll)
+        self.calls["ReceiveMessage"] += 1
+        self._pool().submit(self._run_poll, poll, loop, max_messages, wait_s)
+        return poll
+
+    def _run_poll(
+        self, poll: _Poll, loop: asyncio.AbstractEventLoop, max_messages: int, wait_s: int
+    ) -> None:
+        """Worker thread: receive, then hand the answer to the loop (or release it)."""
+        error: DriverError | None = None
+        raw: list[MessageTypeDef] = []
+        try:
+            raw = self._api.receive(poll.url, max_messages, wait_s, poll.visibility_s)
+        except DriverError as exc:
+            error = exc
+        try:
+            loop.call_soon_threadsafe(self._poll_answered, poll, raw, error)
+        except RuntimeError:  # the loop is closed: nobody can take these any more
+            if raw:
+                self._api.release(poll.url, [item["ReceiptHandle"] for item in raw])
+
+    def _poll_answered(
+        self, poll: _Poll, raw: list[MessageTypeDef], error: DriverError | None
+    ) -> None:
+        """Loop thread: publish the answer; release it when no receive is waiting for it."""
+        self._polls.discard(poll)
+        if self._parked.get(poll.queue) is poll:
+            del self._parked[poll.queue]
+        poll.answered_ms = now_ms()
+        if error is not None:
+            poll.outcome.set_exception(error)
+        else:
+            poll.outcome.set_result(raw)
+        if not poll.claimed:
+            if error is not None:
+                poll.outcome.exception()  # retrieved: nobody else will
+            elif raw:
+                self._release_later(poll.url, raw)
+
+    async def _claim(
+        self, poll: _Poll, limit_s: float | None, *, parkable: bool
+    ) -> list[MessageTypeDef]:
+        poll.claimed = True
+        try:
+            done, _ = await asyncio.wait({poll.outcome}, timeout=limit_s)
+        except asyncio.CancelledError:
+            self._let_go(poll, parkable=parkable)
+            raise
+        if not done:
+            self._let_go(poll, parkable=True)
+            return []
+        return poll.outcome.result()
+
+    def _let_go(self, poll: _Poll, *, parkable: bool) -> None:
+        """A receive stops waiting for ``poll``: park it for the next one, or orphan it."""
+        poll.claimed = False
+        if poll.outcome.done():  # answered, but our caller is gone: give the messages back
+            if poll.outcome.exception() is None and poll.outcome.result():
+                self._release_later(poll.url, poll.outcome.result())
+            return
+        if parkable and not self._closed and poll.queue not in self._parked:
+            self._parked[poll.queue] = poll
+
+    def _message(self, queue: str, poll: _Poll, item: MessageTypeDef) -> Message:
+        system = item.get("Attributes", {})
+        raw_attributes = dict(item.get("MessageAttributes", {}))
+        attributes = {
+            name: value["StringValue"]
+            for name, value in raw_attributes.items()
+            if "StringValue" in value and not value.get("DataType", "").startswith("Binary")
+        }
+        content_type = attributes.pop(CONTENT_TYPE_ATTRIBUTE, None)
+        receipt = SqsReceipt(
+            item["ReceiptHandle"], poll.url, _resendable(raw_attributes),
+            system.get("MessageGroupId"),
+        )
+        return Message(
+            id=item["MessageId"],
+            queue=queue,
+            priority=self.context.priority_of(queue),
+            body=item.get("Body", "").encode("utf-8"),
+            attributes=attributes,
+            attempt=int(system.get("ApproximateReceiveCount", "1")),
+            enqueued_ms=int(system.get("SentTimestamp", poll.answered_ms)),
+            lease=Lease(
+                receipt, poll.answered_ms + poll.visibility_s * 1000 - _CLOCK_MARGIN_MS
+            ),
+            content_type=content_type,
+            received_ms=poll.answered_ms,
+        )
+
+    # -- settling --------------------------------------------------------------------------
+
+    async def ack(self, message: Message) -> None:
+        receipt = self._live_receipt(message, "ack")
+        await self._call("DeleteMessage", self._api.delete, receipt.queue_url, receipt.handle)
+
+    async def retry(self, message: Message, delay_s: float) -> None:
+        receipt = self._live_receipt(message, "retry")
+        seconds = whole_seconds(min(max(0.0, delay_s), self._visibility_left_s(message)))
+        await self._call(
+            "ChangeMessageVisibility", self._api.change_visibility,
+            receipt.queue_url, receipt.handle, seconds,
+        )
+
+    async def extend(self, message: Message, duration_s: float) -> None:
+        receipt = self._live_receipt(message, "extend", grace_ms=_EXTEND_GRACE_MS)
+        left_s = self._visibility_left_s(message)
+        if left_s < 1:
+            raise LeaseLost(
+                f"message {message.id}: SQS caps visibility at 12 h from receive; it becomes "
+                f"visible again at its deadline and will be redelivered"
+            )
+        seconds = whole_seconds(min(duration_s, left_s))
+        if seconds < duration_s:
+            log.warning("sqs.extend_clamped", message_id=message.id, seconds=seconds)
+        started_ms = now_ms()
+        await self._call(
+            "ChangeMessageVisibility", self._api.change_visibility,
+            receipt.queue_url, receipt.handle, seconds,
+        )
+        message.lease.deadline_ms = started_ms + seconds * 1000
+
+    async def dead_letter(self, message: Message, reason: str) -> None:
+        if self.context.dead_letter_queue is None:
+            raise DriverError("dead_letter: no dead_letter.queue configured")
+        receipt = self._live_receipt(message, "dead_letter")
+        attributes = dict(receipt.raw_attributes)
+        extra = {DEAD_LETTER_REASON: reason[:_REASON_CHARS], DEAD_LETTER_SOURCE: message.queue}
+        for name, value in string_attributes(extra).items():
+            if name in attributes or len(attributes) < MAX_ATTRIBUTES:
+                attributes[name] = value
+            else:
+                log.warning("sqs.dead_letter_attribute_dropped", name=name, id=message.id)
+        await self._call(
+            "SendMessage", functools.partial(
+                self._api.send, group_id=receipt.group_id, dedup_id=message.id
+            ),
+            self._url(self.context.dead_letter_queue), message.body.decode("utf-8"), attributes,
+        )
+        await self._call("DeleteMessage", self._api.delete, receipt.queue_url, receipt.handle)
+
+    def _live_receipt(self, message: Message, verb: str, grace_ms: int = 0) -> SqsReceipt:
+        receipt = message.lease.token
+        if not isinstance(receipt, SqsReceipt):
+            raise DriverError(f"{verb}: message {message.id} was not received by the SQS driver")
+        lapsed_s = -message.lease.remaining_s()
+        if lapsed_s * 1000 >= grace_ms:
+            raise LeaseLost(
+                f"{verb}: lease on message {message.id} lapsed {lapsed_s:.1f}s ago; "
+                "SQS may have handed it to another consumer"
+            )
+        return receipt
+
+    @staticmethod
+    def _visibility_left_s(message: Message) -> float:
+        held_s = (now_ms() - message.received_ms) / 1000
+        return MAX_VISIBILITY_S - _VISIBILITY_MARGIN_S - held_s
+
+    # -- optional abilities: depth, publish, ping --------------------------------------------
+
+    async def depth(self, queue: str) -> QueueDepth:
+        names = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ]
+        found = await self._call(
+            "GetQueueAttributes", self._api.attributes, await self._resolve(queue), names
+        )
+
+        def count(name: str) -> int | None:
+            return int(found[name]) if name in found else None
+
+        return QueueDepth(
+            visible=count(names[0]), in_flight=count(names[1]), delayed=count(names[2])
+        )
+
+    async def publish(
+        self,
+        queue: str,
+        body: bytes,
+        attributes: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> str:
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DriverError(
+                "publish: SQS bodies are text; base64-encode binary data "
+                "(and configure the base64 transform)"
+            ) from None
+        named = dict(attributes or {})
+        if content_type:
+            named[CONTENT_TYPE_ATTRIBUTE] = content_type
+        if len(named) > MAX_ATTRIBUTES:
+            raise DriverError(f"publish: SQS allows at most {MAX_ATTRIBUTES} message attributes")
+        size = len(body) + sum(len(k.encode()) + len(v.encode()) + 6 for k, v in named.items())
+        if size > self.options.max_message_bytes:
+            raise MessageTooLarge(
+                f"publish: {size} bytes exceeds driver.max_message_bytes "
+                f"({self.options.max_message_bytes})"
+            )
+        url = await self._resolve(queue)
+        return await self._call(
+            "SendMessage", self._api.send, url, text, string_attributes(named)
+        )
+
+    async def ping(self) -> None:
+        first = self._url(self.context.queues[0])
+        await self._call("GetQueueAttributes", self._api.attributes, first, ["QueueArn"])
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None or self._closed:
+            raise DriverError("the SQS driver is not started (or already closed)")
+        return self._executor
+
+    def _url(self, queue: str) -> str:
+        try:
+            return self._urls[queue]
+        except KeyError:
+            raise DriverError(f"queue {queue!r} is not configured for this driver") from None
+
+    async def _resolve(self, queue: str) -> str:
+        if queue not in self._urls:
+            url = self.options.queue_urls.get(queue)
+            if url is None:
+                url = await self._call("GetQueueUrl", self._api.queue_url, queue)
+            self._urls[queue] = url
+        return self._urls[queue]
+
+    async def _call(self, action: str, fn: Callable[..., T], *args: object) -> T:
+        self.calls[action] += 1
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool(), functools.partial(fn, *args))
+
+    def _release_later(self, url: str, raw: list[MessageTypeDef]) -> None:
+        """Return messages nobody will process, without making the caller wait."""
+        handles = [item["ReceiptHandle"] for item in raw]
+        self.calls["released"] += len(handles)
+        self.calls["ChangeMessageVisibilityBatch"] += math.ceil(len(handles) / MAX_BATCH)
+        task = asyncio.get_running_loop().create_task(self._release(url, handles))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release(self, url: str, handles: list[str]) -> None:
+        loop = asyncio.get_running_loop()
+        executor = self._executor
+        if executor is None:
+            return
+        try:
+            failed = await loop.run_in_executor(executor, self._api.release, url, handles)
+        except (DriverError, RuntimeError) as exc:  # RuntimeError: executor shut down
+            log.warning("sqs.release_failed", count=len(handles), error=str(exc))
+            return
+        if failed:
+            log.warning("sqs.release_refused", count=len(failed))
+
+
+def _resendable(
+    raw: Mapping[str, MessageAttributeValueOutputTypeDef],
+) -> dict[str, MessageAttributeValueTypeDef]:
+    """Received attributes in the shape SendMessage takes (for dead-lettering them)."""
+    kept: dict[str, MessageAttributeValueTypeDef] = {}
+    for name, value in raw.items():
+        attribute: MessageAttributeValueTypeDef = {"DataType": value["DataType"]}
+        if "StringValue" in value:
+            attribute["StringValue"] = value["StringValue"]
+        if "BinaryValue" in value:
+            attribute["BinaryValue"] = value["BinaryValue"]
+        kept[name] = attribute
+    return kept

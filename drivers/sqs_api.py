@@ -1,0 +1,234 @@
+"""Blocking boto3 calls for the SQS driver, each wrapped into the project's error classes.
+
+Everything here runs in the driver's worker threads, never on the event loop. Every method
+raises only ``DriverError`` subclasses: botocore exceptions are classified once, at this
+boundary, into "try again later" (``DriverUnavailable``: network, throttling, 5xx), "the lease
+is gone" (``LeaseLost``: stale or invalid receipt handle) and terminal ``DriverError``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost
+
+if TYPE_CHECKING:
+    from types_boto3_sns import SNSClient
+    from types_boto3_sqs import SQSClient
+    from types_boto3_sqs.type_defs import (
+        ChangeMessageVisibilityBatchRequestEntryTypeDef,
+        MessageAttributeValueTypeDef,
+        MessageTypeDef,
+    )
+
+MAX_VISIBILITY_S = 43_200
+"""SQS's ceiling for one visibility timeout, and for a message's total since it was received."""
+MAX_WAIT_TIME_S = 20
+"""SQS's longest long poll."""
+MAX_BATCH = 10
+"""ReceiveMessage and every *Batch call take at most ten entries."""
+
+_UNAVAILABLE = frozenset({
+    "RequestThrottled", "AWS.SimpleQueueService.RequestThrottled", "Throttling",
+    "ThrottlingException", "ThrottledException", "TooManyRequestsException",
+    "ServiceUnavailable", "InternalError", "InternalFailure", "RequestTimeout",
+    "KmsThrottled", "KMS.ThrottlingException",
+})
+_STALE_HANDLE = frozenset({
+    "ReceiptHandleIsInvalid", "InvalidReceiptHandle", "MessageNotInflight",
+    "AWS.SimpleQueueService.MessageNotInflight",
+})
+_NO_QUEUE = frozenset({
+    "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue",
+})
+_TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
+    botocore.exceptions.ConnectionError,
+    botocore.exceptions.HTTPClientError,
+)
+_SETUP_ERRORS: tuple[type[Exception], ...] = (
+    botocore.exceptions.NoCredentialsError,
+    botocore.exceptions.PartialCredentialsError,
+    botocore.exceptions.NoRegionError,
+)
+
+T = TypeVar("T")
+
+
+def classify(exc: Exception, action: str, *, settling: bool = False) -> DriverError:
+    """The project error for a botocore exception raised by ``action``.
+
+    ``settling`` marks calls that carry a receipt handle: there SQS's "invalid/expired handle"
+    answers mean our lease is gone (``LeaseLost``), not that the request was malformed.
+    """
+    if isinstance(exc, botocore.exceptions.ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        query_code = str(error.get("QueryErrorCode", ""))
+        text = f"SQS {action}: {code}: {error.get('Message', '')}".rstrip(": ")
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code in _UNAVAILABLE or query_code in _UNAVAILABLE or status >= 500:
+            return DriverUnavailable(text)
+        if code in _STALE_HANDLE or query_code in _STALE_HANDLE:
+            return LeaseLost(text)
+        if settling and code == "InvalidParameterValue" and "ReceiptHandle" in text:
+            return LeaseLost(text)  # AWS: "...parameter ReceiptHandle is invalid... expired"
+        if code in _NO_QUEUE or query_code in _NO_QUEUE:
+            return DriverError(f"SQS {action}: queue does not exist")
+        return DriverError(text)
+    if isinstance(exc, _TRANSPORT_ERRORS):
+        return DriverUnavailable(f"SQS {action}: {exc}")
+    if isinstance(exc, _SETUP_ERRORS):
+        return DriverError(
+            f"SQS {action}: {exc} (credentials and region come from the standard AWS chain: "
+            "AWS_* environment, ~/.aws, web identity or instance role; region also from "
+            "driver.region)"
+        )
+    return DriverError(f"SQS {action}: {type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def wrapped(action: str, *, settling: bool = False) -> Iterator[None]:
+    try:
+        yield
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        raise classify(exc, action, settling=settling) from exc
+
+
+def whole_seconds(seconds: float, *, upper: int = MAX_VISIBILITY_S) -> int:
+    """SQS takes whole seconds: round up (a lease is never shorter than asked), clamp."""
+    return max(0, min(upper, math.ceil(seconds - 1e-9)))
+
+
+class SqsApi:
+    """One boto3 SQS client (thread-safe) plus the few calls the driver makes."""
+
+    def __init__(
+        self,
+        *,
+        region: str | None,
+        endpoint_url: str | None,
+        max_connections: int,
+        connect_timeout_s: float,
+    ) -> None:
+        self._config = botocore.config.Config(
+            max_pool_connections=max_connections,
+            connect_timeout=connect_timeout_s,
+            # a long poll holds the socket for up to 20 s; leave room for a slow answer
+            read_timeout=MAX_WAIT_TIME_S + 40,
+            retries={"mode": "standard", "max_attempts": 3},
+        )
+        self._region = region
+        self._endpoint_url = endpoint_url
+        self._sqs: SQSClient | None = None
+
+    @property
+    def sqs(self) -> SQSClient:
+        if self._sqs is None:
+            with wrapped("create client"):
+                self._sqs = boto3.session.Session().client(
+                    "sqs", region_name=self._region, endpoint_url=self._endpoint_url,
+                    config=self._config,
+                )
+        return self._sqs
+
+    def close(self) -> None:
+        if self._sqs is not None:
+            self._sqs.close()
+
+    def queue_url(self, name: str) -> str:
+        with wrapped(f"GetQueueUrl {name!r}"):
+            return self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+
+    def receive(
+        self, url: str, max_messages: int, wait_s: int, visibility_s: int
+    ) -> list[MessageTypeDef]:
+        with wrapped("ReceiveMessage"):
+            answer = self.sqs.receive_message(
+                QueueUrl=url,
+                MaxNumberOfMessages=max(1, min(MAX_BATCH, max_messages)),
+                WaitTimeSeconds=max(0, min(MAX_WAIT_TIME_S, wait_s)),
+                VisibilityTimeout=visibility_s,
+                MessageSystemAttributeNames=[
+                    "ApproximateReceiveCount", "SentTimestamp", "MessageGroupId",
+                ],
+                MessageAttributeNames=["All"],
+            )
+        return list(answer.get("Messages", []))
+
+    def delete(self, url: str, handle: str) -> None:
+        with wrapped("DeleteMessage", settling=True):
+            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+
+    def change_visibility(self, url: str, handle: str, visibility_s: int) -> None:
+        with wrapped("ChangeMessageVisibility", settling=True):
+            self.sqs.change_message_visibility(
+                QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=visibility_s
+            )
+
+    def release(self, url: str, handles: Sequence[str]) -> list[str]:
+        """Make messages visible at once, ten per call; returns the handles SQS refused."""
+        failed: list[str] = []
+        for start in range(0, len(handles), MAX_BATCH):
+            chunk = handles[start : start + MAX_BATCH]
+            entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [
+                {"Id": str(n), "ReceiptHandle": h, "VisibilityTimeout": 0}
+                for n, h in enumerate(chunk)
+            ]
+            with wrapped("ChangeMessageVisibilityBatch", settling=True):
+                answer = self.sqs.change_message_visibility_batch(QueueUrl=url, Entries=entries)
+            failed += [chunk[int(f["Id"])] for f in answer.get("Failed", [])]
+        return failed
+
+    def send(
+        self,
+        url: str,
+        body: str,
+        attributes: Mapping[str, MessageAttributeValueTypeDef],
+        *,
+        group_id: str | None = None,
+        dedup_id: str | None = None,
+    ) -> str:
+        extra: dict[str, Any] = {}
+        if url.endswith(".fifo"):  # FIFO queues refuse sends without a group
+            extra["MessageGroupId"] = group_id or "priority-pubsub"
+            if dedup_id:
+                extra["MessageDeduplicationId"] = dedup_id
+        with wrapped("SendMessage"):
+            answer = self.sqs.send_message(
+                QueueUrl=url, MessageBody=body, MessageAttributes=dict(attributes), **extra
+            )
+        return answer["MessageId"]
+
+    def attributes(self, url: str, names: Sequence[str]) -> dict[str, str]:
+        with wrapped("GetQueueAttributes"):
+            answer = self.sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=list(names),  # type: ignore[arg-type]  # literal union in stubs
+            )
+        return {str(k): v for k, v in answer.get("Attributes", {}).items()}
+
+
+def string_attributes(attributes: Mapping[str, str]) -> dict[str, MessageAttributeValueTypeDef]:
+    return {k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()}
+
+
+def call_sns(
+    fn: Callable[[SNSClient], T], *, region: str | None, endpoint_url: str | None
+) -> T:
+    """Run ``fn`` with a short-lived SNS client (for the CLI's ``publish --via-sns``)."""
+    with wrapped("SNS"):
+        client = boto3.session.Session().client(
+            "sns", region_name=region, endpoint_url=endpoint_url
+        )
+    try:
+        with wrapped("SNS Publish"):
+            return fn(client)
+    finally:
+        client.close()

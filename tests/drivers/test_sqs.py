@@ -1,0 +1,381 @@
+"""The SQS driver against moto in server mode (real HTTP): conformance plus SQS specifics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from priority_pubsub.drivers.base import DriverContext
+from priority_pubsub.drivers.sqs import (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    SqsDriver,
+    SqsOptions,
+    dapr_cloudevent,
+    publish_via_sns,
+)
+from priority_pubsub.transforms.base import Payload
+from priority_pubsub.transforms.sns_envelope import SnsEnvelope
+
+from priority_pubsub.errors import (
+    DriverError,
+    DriverUnavailable,
+    LeaseLost,
+    MessageTooLarge,
+    TransformError,
+)
+from priority_pubsub.message import Message
+from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
+from tests.support.moto_server import MotoServer, free_port, moto_server
+
+if TYPE_CHECKING:
+    from types_boto3_sns import SNSClient
+    from types_boto3_sqs import SQSClient
+
+pytestmark = pytest.mark.sqs
+__all__ = ["moto_server"]  # the session fixture, re-exported for pytest
+
+LEASE_S = 2.0
+
+
+@dataclass
+class Aws:
+    """Admin clients (test side) and fresh, uniquely named queues on the moto server."""
+
+    server: MotoServer
+    sqs: SQSClient
+    sns: SNSClient
+    prefix: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
+    made: list[SqsDriver] = field(default_factory=list)
+
+    def queue(self, suffix: str, **attributes: str) -> str:
+        name = f"{self.prefix}-{suffix}"
+        self.sqs.create_queue(QueueName=name, Attributes=attributes)  # type: ignore[arg-type]
+        return name
+
+    def url(self, name: str) -> str:
+        return self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+
+    async def driver(
+        self, queues: tuple[str, ...], dead: str | None, lease_s: float = LEASE_S, **options: Any
+    ) -> SqsDriver:
+        settings = SqsOptions(endpoint_url=self.server.endpoint_url, **options)
+        context = DriverContext(queues=queues, dead_letter_queue=dead, lease_duration_s=lease_s)
+        driver = SqsDriver(settings, context)
+        await driver.start()
+        self.made.append(driver)
+        return driver
+
+    async def send(self, queue: str, body: str, attributes: dict[str, str] | None = None) -> None:
+        message_attributes: Any = {
+            k: {"DataType": "String", "StringValue": v} for k, v in (attributes or {}).items()
+        }
+        await asyncio.to_thread(
+            self.sqs.send_message, QueueUrl=self.url(queue), MessageBody=body,
+            MessageAttributes=message_attributes,
+        )
+
+    def subscribe(self, queue: str, *, raw: bool) -> str:
+        topic_arn = self.sns.create_topic(Name=f"{queue}-topic")["TopicArn"]
+        queue_arn = self.sqs.get_queue_attributes(
+            QueueUrl=self.url(queue), AttributeNames=["QueueArn"]
+        )["Attributes"]["QueueArn"]
+        self.sns.subscribe(
+            TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn,
+            Attributes={"RawMessageDelivery": "true" if raw else "false"},
+        )
+        return topic_arn
+
+
+@pytest.fixture
+async def aws(moto_server: MotoServer) -> AsyncIterator[Aws]:
+    session = boto3.session.Session()
+    sqs = session.client("sqs", endpoint_url=moto_server.endpoint_url)
+    sns = session.client("sns", endpoint_url=moto_server.endpoint_url)
+    found = Aws(moto_server, sqs, sns)
+    yield found
+    for driver in found.made:
+        await driver.close()
+    sqs.close()
+    sns.close()
+
+
+@pytest.fixture
+async def harness(aws: Aws) -> DriverHarness:
+    queues = (aws.queue("high"), aws.queue("normal"), aws.queue("low"))
+    dead = aws.queue("dead")
+
+    async def make_driver(lease_s: float) -> SqsDriver:
+        return await aws.driver(queues, dead, lease_s)
+
+    async def publish(queue: str, body: bytes, attributes: dict[str, str]) -> None:
+        await aws.send(queue, body.decode(), attributes)
+
+    async def dead_letters() -> list[DeadLetter]:
+        letters: list[DeadLetter] = []
+        while True:
+            answer = await asyncio.to_thread(
+                aws.sqs.receive_message, QueueUrl=aws.url(dead), MaxNumberOfMessages=10,
+                WaitTimeSeconds=1, MessageAttributeNames=["All"],
+            )
+            if not answer.get("Messages"):
+                return letters
+            for item in answer["Messages"]:
+                attributes = {
+                    k: v["StringValue"] for k, v in item.get("MessageAttributes", {}).items()
+                }
+                letters.append(DeadLetter(
+                    item["Body"].encode(), attributes, attributes.get(DEAD_LETTER_REASON)
+                ))
+                aws.sqs.delete_message(QueueUrl=aws.url(dead), ReceiptHandle=item["ReceiptHandle"])
+
+    return DriverHarness(
+        queues=queues, dead_letter_queue=dead, make_driver=make_driver, publish=publish,
+        dead_letters=dead_letters, lease_s=LEASE_S, settle_s=0.5,
+    )
+
+
+class TestSqsConformance(DriverConformance):
+    pass
+
+
+# -- SNS topology (Dapr's pubsub.aws.snssqs) --------------------------------------------------
+
+SAMPLE_EVENT = dapr_cloudevent({"job": "render-report", "customer": 42}, topic="tasks-high")
+
+
+async def test_sns_envelope_yields_the_published_cloudevent(aws: Aws) -> None:
+    queue = aws.queue("high")
+    topic_arn = aws.subscribe(queue, raw=False)
+    driver = await aws.driver((queue,), None)
+    await asyncio.to_thread(
+        publish_via_sns, topic_arn, SAMPLE_EVENT, {"customer-tier": "gold"},
+        endpoint_url=aws.server.endpoint_url,
+    )
+    [message] = await receive_all(driver, queue, 1)
+    envelope = json.loads(message.body)
+    assert envelope["Type"] == "Notification"
+    assert envelope["TopicArn"] == topic_arn
+    payload = SnsEnvelope()(Payload(message.body, message.attributes, message.content_type))
+    assert payload.body == SAMPLE_EVENT  # byte for byte what the frontend published
+    assert payload.attributes["customer-tier"] == "gold"
+    assert payload.content_type == "application/json"
+    await driver.ack(message)
+
+
+async def test_raw_message_delivery_passes_through(aws: Aws) -> None:
+    queue = aws.queue("high")
+    topic_arn = aws.subscribe(queue, raw=True)
+    driver = await aws.driver((queue,), None)
+    await asyncio.to_thread(
+        publish_via_sns, topic_arn, SAMPLE_EVENT, {"customer-tier": "gold"},
+        endpoint_url=aws.server.endpoint_url,
+    )
+    [message] = await receive_all(driver, queue, 1)
+    assert message.body == SAMPLE_EVENT
+    assert message.attributes == {"customer-tier": "gold"}  # SNS attributes become SQS ones
+    payload = SnsEnvelope()(Payload(message.body, message.attributes))
+    assert payload.body == SAMPLE_EVENT
+    await driver.ack(message)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [("plain text", "not JSON"), ('{"hello": "world"}', "neither an SNS Notification")],
+)
+async def test_non_sns_body_is_a_transform_error_and_dead_letters_with_reason(
+    aws: Aws, body: str, reason: str
+) -> None:
+    queue, dead = aws.queue("high"), aws.queue("dead")
+    driver = await aws.driver((queue,), dead)
+    await aws.send(queue, body, {"origin": "legacy"})
+    [message] = await receive_all(driver, queue, 1)
+    with pytest.raises(TransformError) as caught:
+        SnsEnvelope()(Payload(message.body, message.attributes))
+    await driver.dead_letter(message, f"transform: {caught.value}")
+    answer = aws.sqs.receive_message(
+        QueueUrl=aws.url(dead), WaitTimeSeconds=1, MessageAttributeNames=["All"]
+    )
+    [letter] = answer["Messages"]
+    assert letter["Body"] == body
+    attributes = {k: v["StringValue"] for k, v in letter["MessageAttributes"].items()}
+    assert attributes["origin"] == "legacy"
+    assert attributes[DEAD_LETTER_SOURCE] == queue
+    assert reason in attributes[DEAD_LETTER_REASON]
+    assert await driver.receive(queue, 1, 0) == []
+
+
+# -- leases, limits, errors ---------------------------------------------------------------------
+
+
+async def test_extension_is_clamped_to_twelve_hours_then_refused(aws: Aws) -> None:
+    queue = aws.queue("high")
+    driver = await aws.driver((queue,), None, lease_s=LEASE_S)
+    await aws.send(queue, "marathon")
+    [message] = await receive_all(driver, queue, 1)
+    twelve_h_ms = 43_200_000
+    message.received_ms -= twelve_h_ms - 10_000  # pretend it was received 11 h 59 m 50 s ago
+    before_ms = int(time.time() * 1000)
+    await driver.extend(message, 3600)
+    assert message.lease.deadline_ms - before_ms <= 10_000  # clamped to what SQS allows
+    message.received_ms -= 10_000
+    with pytest.raises(LeaseLost, match="12 h"):
+        await driver.extend(message, 60)
+    await driver.ack(message)
+
+
+async def test_settle_after_lapse_is_refused_without_calling_sqs(aws: Aws) -> None:
+    queue = aws.queue("high")
+    driver = await aws.driver((queue,), None, lease_s=1)
+    await aws.send(queue, "late")
+    [message] = await receive_all(driver, queue, 1)
+    await asyncio.sleep(2.1)  # past the lease and the 1 s that extend still tries
+    calls = sum(driver.calls.values())
+    for settle in (driver.ack(message), driver.retry(message, 0), driver.extend(message, 5)):
+        with pytest.raises(LeaseLost, match="lapsed"):
+            await settle
+    assert sum(driver.calls.values()) == calls
+
+
+async def test_depth_publish_and_content_type(aws: Aws) -> None:
+    queue = aws.queue("high")
+    driver = await aws.driver((queue,), None, lease_s=30)
+    for n in range(3):
+        await driver.publish(queue, f'{{"n": {n}}}'.encode(), {"n": str(n)}, "application/json")
+    [first] = await receive_all(driver, queue, 1)
+    assert first.content_type == "application/json"
+    assert "content-type" not in first.attributes
+    depth = await driver.depth(queue)
+    assert (depth.visible, depth.in_flight, depth.delayed) == (2, 1, 0)
+    with pytest.raises(MessageTooLarge):
+        await driver.publish(queue, b"x" * 300_000)
+    with pytest.raises(DriverError, match="text"):
+        await driver.publish(queue, b"\xff\xfe")
+    await driver.ping()
+
+
+async def test_missing_queue_is_a_terminal_error(aws: Aws) -> None:
+    with pytest.raises(DriverError, match="does not exist") as caught:
+        await aws.driver((f"{aws.prefix}-never-created",), None)
+    assert not caught.value.retriable
+
+
+async def test_unreachable_endpoint_is_unavailable() -> None:
+    options = SqsOptions(endpoint_url=f"http://127.0.0.1:{free_port()}", region="us-east-1")
+    driver = SqsDriver(options, DriverContext(queues=("q",)))
+    try:
+        with pytest.raises(DriverUnavailable):
+            await driver.start()
+    finally:
+        await driver.close()
+
+
+# -- long polls under the dispatcher's pattern -----------------------------------------------
+
+
+async def test_adopted_poll_returns_surplus_and_sqs_counts_the_release(aws: Aws) -> None:
+    queue = aws.queue("high")
+    driver = await aws.driver((queue,), None, lease_s=30)
+    cancelled = asyncio.create_task(driver.receive(queue, 10, 5))
+    await asyncio.sleep(0.3)
+    cancelled.cancel()
+    adopting = asyncio.create_task(driver.receive(queue, 1, 5))  # the parked poll asked for 10
+    await asyncio.sleep(0.3)
+    # delayed alike, the three become visible together and the running poll gets them all
+    entries: Any = [{"Id": str(n), "MessageBody": f"m{n}", "DelaySeconds": 1} for n in range(3)]
+    aws.sqs.send_message_batch(QueueUrl=aws.url(queue), Entries=entries)
+    got = await adopting
+    assert driver.calls["adopted"] == 1
+    assert driver.calls["ReceiveMessage"] == 1
+    assert len(got) == 1
+    assert driver.calls["released"] == 2
+    rest = await receive_all(driver, queue, 2, timeout_s=5)
+    # what a poll catches beyond what is asked goes back at once; SQS counted that receive
+    assert sorted(m.attempt for m in rest) == [2, 2]
+    for message in got + rest:
+        await driver.ack(message)
+
+
+async def race(
+    driver: SqsDriver, queues: tuple[str, ...], free: int, wait_s: float
+) -> list[Message]:
+    """The lead's dispatcher in miniature: sweep, then long-poll every queue at once."""
+    for queue in queues:
+        if got := await driver.receive(queue, free, 0):
+            return got
+    polls = [asyncio.create_task(driver.receive(q, free, wait_s)) for q in queues]
+    try:
+        for next_done in asyncio.as_completed(polls):
+            if got := await next_done:
+                return got
+        return []
+    finally:
+        for poll in polls:
+            poll.cancel()
+
+
+async def test_high_message_does_not_wait_behind_a_low_long_poll(aws: Aws) -> None:
+    high, low = aws.queue("high"), aws.queue("low")
+    driver = await aws.driver((high, low), None, lease_s=30)
+    latencies = []
+    for _ in range(3):
+        waiting = asyncio.create_task(race(driver, (high, low), 1, 10))
+        await asyncio.sleep(0.5)
+        sent = time.monotonic()
+        await aws.send(high, "urgent")
+        [message] = await asyncio.wait_for(waiting, 10)
+        latencies.append(time.monotonic() - sent)
+        assert message.queue == high
+        assert message.attempt == 1
+        await driver.ack(message)
+    assert max(latencies) < 1.5, latencies
+    # every race after the first adopts the low poll left parked by the previous one
+    assert driver.calls["adopted"] >= 2
+    assert driver.calls["released"] == 0
+
+
+async def test_idle_cost_and_cost_of_a_wake_up(aws: Aws) -> None:
+    """Measures the API calls of the dispatcher's pattern (numbers printed with -s)."""
+    queues = (aws.queue("high"), aws.queue("normal"), aws.queue("low"))
+    driver = await aws.driver(queues, None, lease_s=30, wait_time_s=2)
+    driver.calls.clear()
+    started = time.monotonic()
+    assert await race(driver, queues, 1, 2) == []  # one idle cycle: 3 sweeps + 3 long polls
+    idle = dict(driver.calls)
+    assert idle == {"ReceiveMessage": 6}
+    assert time.monotonic() - started >= 1.9
+    driver.calls.clear()
+    waiting = asyncio.create_task(race(driver, queues, 1, 2))
+    await asyncio.sleep(0.5)
+    await aws.send(queues[2], "low work")
+    [message] = await asyncio.wait_for(waiting, 5)
+    await driver.ack(message)
+    await asyncio.sleep(2)  # the parked high/normal polls run out
+    wake = dict(driver.calls)
+    print(f"\nSQS calls, idle cycle with 3 queues: {idle}; wake-up on the lowest: {wake}")
+    assert wake["ReceiveMessage"] == 6
+    assert wake.get("released", 0) == 0
+
+
+async def test_close_releases_what_a_running_poll_catches(aws: Aws) -> None:
+    queue = aws.queue("high")
+    driver = await aws.driver((queue,), None, lease_s=60, close_wait_s=5)
+    waiting = asyncio.create_task(driver.receive(queue, 1, 3))
+    await asyncio.sleep(0.3)
+    waiting.cancel()
+    closing = asyncio.create_task(driver.close())
+    await asyncio.sleep(0.3)
+    await aws.send(queue, "caught while closing")
+    await closing
+    other = await aws.driver((queue,), None, lease_s=60)
+    [message] = await receive_all(other, queue, 1, timeout_s=5)  # not hidden for 60 s
+    assert message.attempt == 2
+    await other.ack(message)
+
