@@ -1,0 +1,425 @@
+"""Google Cloud Pub/Sub driver: synchronous (unary) pull of at most the free worker slots.
+
+Design choices, and why:
+
+* **Unary pull, never streaming pull.** Streaming pull with flow control leases messages the
+  workers cannot start yet; they would sit leased while another replica idles. Each
+  ``receive`` asks for ``max_messages`` (the free slots) and gets at most that many.
+* **Async gRPC, no threads.** The gapic asyncio transport (grpc.aio) is used, so a waiting
+  pull holds no thread, and a cancelled receive can cancel its RPC. A cancelled receive
+  loses nothing: the RPC is cancelled (the broker then hands no message to it); if its
+  answer had already arrived, the messages in it are nacked (ack deadline 0) at once.
+* **Waiting.** ``wait_s == 0`` pulls with ``return_immediately`` (deprecated by Google
+  because it may answer empty while messages exist, which is exactly "answer at once").
+  Otherwise one pull whose gRPC deadline is ``wait_s`` + 1 s: Pub/Sub (and the emulator)
+  hold the pull until a message arrives or shortly before the deadline. An idle sidecar
+  therefore costs ``60 / wait_s`` pulls per minute per queue (3/min at the dispatcher's 20 s).
+* **Leases.** A pull leases for the subscription's ack deadline. When ``lease.duration_s``
+  differs, the received batch is re-leased to ``lease.duration_s`` by one
+  ``modify_ack_deadline`` call (set the subscription's ack deadline to ``lease.duration_s``
+  to save it). Pub/Sub caps ack deadlines at 600 s, so ``lease.duration_s`` must be <= 600;
+  the lease keeper extends every duration/3, which carries tasks of an hour or more.
+* **Lost leases.** Pub/Sub accepts an ack for an expired ack id without complaint (the
+  emulator and non-exactly-once subscriptions do), so the broker cannot tell us. The driver
+  refuses to settle once the lease deadline it tracks has passed (``LeaseLost``), and maps
+  the broker's own refusal of an ack id (exactly-once subscriptions) to ``LeaseLost`` too.
+* **Attempts** are Pub/Sub's ``delivery_attempt``, which the broker fills in only when the
+  subscription has a dead-letter policy. Without one, Pub/Sub keeps no count and attributes
+  cannot be changed on redelivery, so there is no honest count: every delivery reports
+  attempt 1 (``retry.max_attempts`` is then never reached and retries continue with the
+  capped backoff). ``start`` logs a warning naming such subscriptions. Counting in process
+  memory would reset with every restart and differ between replicas, so it is not done.
+* **Dead letters** are published to ``dead_letter.queue`` (a topic id or full topic path;
+  or, when unset, the topic of the subscription's own dead-letter policy) with data and
+  attributes kept and ``dead_letter_reason``/``dead_letter_source`` added, then acked. If the
+  ack fails after the publish, the next delivery is dead-lettered again (at least once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from google.api_core import exceptions as gexc
+from google.api_core import gapic_v1, grpc_helpers_async
+from google.api_core.client_options import ClientOptions
+from google.auth import exceptions as auth_exceptions
+from google.pubsub_v1 import PublisherAsyncClient, SubscriberAsyncClient
+from google.pubsub_v1.types import PubsubMessage, PullRequest, PullResponse, ReceivedMessage
+from priority_pubsub.drivers.base import DriverContext, DriverOptions, QueueDepth
+from priority_pubsub.drivers.gcp_names import (
+    driver_error,
+    is_path,
+    resource_path,
+    settle_error,
+)
+from pydantic import Field
+
+from priority_pubsub.errors import ConfigError, DriverError, LeaseLost, MessageTooLarge
+from priority_pubsub.logs import get_logger
+from priority_pubsub.message import Lease, Message, now_ms
+
+log = get_logger(__name__)
+T = TypeVar("T")
+
+# api_core's helpers carry no annotations; typed aliases keep the calls below checked.
+_wrap_errors: Callable[[Any], Callable[..., Any]] = grpc_helpers_async.wrap_errors
+_routing_metadata: Callable[[Any], tuple[str, str]] = gapic_v1.routing_header.to_grpc_metadata
+
+MAX_ACK_DEADLINE_S = 600
+MAX_PULL_MESSAGES = 1000
+MAX_MESSAGE_BYTES = 10_000_000
+PULL_DEADLINE_MARGIN_S = 1.0
+"""The broker answers an empty long pull ~1 s before the gRPC deadline; give it that second."""
+LEASE_SAFETY_MS = 1000
+"""Without our own modify_ack_deadline the lease started when the broker sent the batch,
+somewhat before we read it: count the deadline from 1 s earlier, to refuse rather than risk."""
+EXTEND_GRACE_MS = 500
+"""An extension this late is still sent: our deadline counts from when we sent the request
+(the broker's from when it handled it), and the message can only have gone elsewhere if
+another consumer pulled in that very half second. Acks get no grace: they would delete."""
+DEAD_LETTER_REASON = "dead_letter_reason"
+DEAD_LETTER_SOURCE = "dead_letter_source"
+CONTENT_TYPE_ATTRIBUTE = "content-type"
+"""``publish(content_type=...)`` travels as this attribute (Pub/Sub has no content type)."""
+
+
+class PubSubOptions(DriverOptions):
+    """Keys under ``driver:`` for ``type: gcp_pubsub``. Credentials: the standard Google chain
+    (ADC, workload identity); with ``PUBSUB_EMULATOR_HOST`` set, the emulator, no credentials."""
+
+    project: str | None = Field(default=None, min_length=1)
+    """Project of bare queue / topic ids; default ``GOOGLE_CLOUD_PROJECT``."""
+    endpoint: str | None = Field(default=None, min_length=1)
+    """gRPC ``host:port`` instead of pubsub.googleapis.com (e.g. a regional endpoint)."""
+    call_timeout_s: float = Field(default=30, gt=0, le=600)
+    """Deadline of every call except waiting pulls (ack, modify_ack_deadline, publish...)."""
+
+
+@dataclass(slots=True)
+class _Subscription:
+    name: str
+    path: str
+    topic: str
+    ack_deadline_s: int
+    policy_dead_letter_topic: str | None
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(slots=True)
+class _Pull:
+    """One receive in progress; ``call`` is the gRPC call to cancel if the receive is."""
+
+    call: Any = None
+    abandoned: bool = False
+    messages: list[Message] = field(default_factory=list)
+
+
+class PubSubDriver:
+    """Consumes Pub/Sub subscriptions; see the module docstring for the guarantees."""
+
+    name: ClassVar[str] = "gcp_pubsub"
+    options_model: ClassVar[type[DriverOptions]] = PubSubOptions
+
+    def __init__(self, options: DriverOptions, context: DriverContext) -> None:
+        assert isinstance(options, PubSubOptions)
+        if context.lease_duration_s > MAX_ACK_DEADLINE_S:
+            raise ConfigError(
+                f"lease.duration_s: gcp_pubsub ack deadlines are at most {MAX_ACK_DEADLINE_S} s "
+                f"(got {context.lease_duration_s:g}); the lease keeper extends long tasks"
+            )
+        self.options = options
+        self.context = context
+        self.project = options.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
+        self.lease_s = max(1, math.ceil(context.lease_duration_s))
+        self.pull_calls = 0
+        """Pull RPCs made so far (tests and benchmarks read it to measure idle cost)."""
+        self._subscriber: SubscriberAsyncClient | None = None
+        self._publisher: PublisherAsyncClient | None = None
+        self._subs: dict[str, _Subscription] = {}
+        self._topics: dict[str, str] = {}
+        self._dead_letter_topic: str | None = None
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        endpoint = self.options.endpoint
+        options = ClientOptions(api_endpoint=endpoint) if endpoint else None
+        try:
+            self._subscriber = SubscriberAsyncClient(client_options=options)
+            self._publisher = PublisherAsyncClient(client_options=options)
+        except auth_exceptions.GoogleAuthError as exc:
+            raise DriverError(f"pub/sub credentials: {exc}", retriable=False) from exc
+        if self.context.dead_letter_queue:
+            self._dead_letter_topic = resource_path(
+                self.context.dead_letter_queue, "topics", self.project
+            )
+        for queue in self.context.queues:
+            self._subs[queue] = await self._resolve(queue)
+        without = [s.name for s in self._subs.values() if not s.policy_dead_letter_topic]
+        if without:
+            log.warning(
+                "pub/sub subscriptions without a dead-letter policy report no delivery "
+                "attempts: every delivery counts as attempt 1, retry.max_attempts is not "
+                "enforced", subscriptions=without,
+            )
+
+    async def close(self) -> None:
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=self.options.call_timeout_s)
+        for client in (self._subscriber, self._publisher):
+            if client is not None:
+                close: Callable[[], Awaitable[None]] = client.transport.close
+                with contextlib.suppress(Exception):
+                    await close()
+        self._subscriber = self._publisher = None
+
+    @property
+    def dead_letter_enabled(self) -> bool:
+        if self._dead_letter_topic:
+            return True
+        return bool(self._subs) and all(s.policy_dead_letter_topic for s in self._subs.values())
+
+    async def _resolve(self, queue: str) -> _Subscription:
+        path = resource_path(queue, "subscriptions", self.project)
+        found = await self._call(
+            "get_subscription", self._sub.get_subscription(subscription=path, retry=None,
+                                                          timeout=self.options.call_timeout_s)
+        )
+        policy = found.dead_letter_policy.dead_letter_topic or None
+        routing = _routing_metadata((("subscription", path),))
+        return _Subscription(queue, path, found.topic, found.ack_deadline_seconds, policy,
+                             (routing,))
+
+    # -- consuming -------------------------------------------------------------------------
+
+    async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
+        sub = self._subscription(queue)
+        if max_messages <= 0:
+            return []
+        pull = _Pull()
+        work = asyncio.ensure_future(self._pull_until(sub, min(max_messages, MAX_PULL_MESSAGES),
+                                                      max(0.0, wait_s), pull))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            # Stop the broker from handing this pull anything more; whatever it handed over
+            # already is nacked when the work finishes, so nothing waits out a lease.
+            pull.abandoned = True
+            if pull.call is not None:
+                pull.call.cancel()
+            work.add_done_callback(lambda done: self._return_orphans(sub, done))
+            raise
+
+    async def _pull_until(self, sub: _Subscription, count: int, wait_s: float,
+                          pull: _Pull) -> list[Message]:
+        deadline = time.monotonic() + wait_s
+        remaining = wait_s
+        while not pull.abandoned:
+            # Pub/Sub may answer a long pull empty before our deadline: ask again till then.
+            if await self._pull_once(sub, count, remaining, pull):
+                break
+            remaining = deadline - time.monotonic()
+            if remaining < 0.2:
+                break
+        if pull.messages and self.lease_s != sub.ack_deadline_s and not pull.abandoned:
+            await self._relist(sub, pull.messages)
+        return pull.messages
+
+    async def _pull_once(self, sub: _Subscription, count: int, wait_s: float,
+                         pull: _Pull) -> list[ReceivedMessage]:
+        request = PullRequest(subscription=sub.path, max_messages=count,
+                              return_immediately=wait_s <= 0)
+        timeout = wait_s + PULL_DEADLINE_MARGIN_S if wait_s > 0 else self.options.call_timeout_s
+        self.pull_calls += 1
+        # The transport's raw gRPC callable, not the client method: it returns the call
+        # object, which a cancelled receive can cancel (see ``receive``).
+        pull.call = _wrap_errors(self._sub.transport.pull)(
+            request, timeout=timeout, metadata=sub.metadata
+        )
+        try:
+            response: PullResponse = await pull.call
+        except gexc.DeadlineExceeded as exc:
+            if wait_s > 0:
+                return []  # the broker had nothing before our deadline: an empty answer
+            raise driver_error(exc, f"pull {sub.name}") from exc
+        except gexc.GoogleAPICallError as exc:
+            raise driver_error(exc, f"pull {sub.name}") from exc
+        finally:
+            pull.call = None
+        received_ms = now_ms()
+        pull.messages += [self._message(sub, item, received_ms)
+                          for item in response.received_messages]
+        return list(response.received_messages)
+
+    async def _relist(self, sub: _Subscription, messages: list[Message]) -> None:
+        """Re-lease a fresh batch to ``lease.duration_s`` (differs from the subscription's)."""
+        started = now_ms()
+        try:
+            await self._modack(sub, [m.lease.token for m in messages], self.lease_s)
+        except DriverError as exc:  # they keep the subscription's deadline; still ours
+            log.warning("re-leasing a pulled batch failed", queue=sub.name, error=str(exc))
+            return
+        for message in messages:
+            message.lease.deadline_ms = started + self.lease_s * 1000
+
+    def _message(self, sub: _Subscription, item: ReceivedMessage, received_ms: int) -> Message:
+        raw = PubsubMessage.pb(item.message)
+        attributes = dict(raw.attributes)
+        content_type = attributes.pop(CONTENT_TYPE_ATTRIBUTE, None)
+        deadline = received_ms - LEASE_SAFETY_MS + sub.ack_deadline_s * 1000
+        return Message(
+            id=raw.message_id,
+            queue=sub.name,
+            priority=self.context.priority_of(sub.name),
+            body=raw.data,
+            attributes=attributes,
+            attempt=max(1, item.delivery_attempt),
+            enqueued_ms=raw.publish_time.ToMilliseconds(),
+            lease=Lease(token=item.ack_id, deadline_ms=deadline),
+            content_type=content_type,
+            received_ms=received_ms,
+        )
+
+    def _return_orphans(self, sub: _Subscription, done: asyncio.Future[list[Message]]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        if ids := [m.lease.token for m in done.result()]:
+            task = asyncio.ensure_future(self._nack_quietly(sub, ids))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _nack_quietly(self, sub: _Subscription, ack_ids: list[str]) -> None:
+        try:
+            await self._modack(sub, ack_ids, 0)
+        except DriverError as exc:  # they return when their lease ends instead
+            log.warning("returning messages of a cancelled receive failed",
+                        queue=sub.name, count=len(ack_ids), error=str(exc))
+
+    # -- settling --------------------------------------------------------------------------
+
+    async def ack(self, message: Message) -> None:
+        sub = self._live(message, "ack")
+        await self._settle("ack", self._sub.acknowledge(
+            subscription=sub.path, ack_ids=[message.lease.token],
+            timeout=self.options.call_timeout_s))
+
+    async def retry(self, message: Message, delay_s: float) -> None:
+        sub = self._live(message, "retry")
+        delay = 0 if delay_s <= 0 else min(MAX_ACK_DEADLINE_S, math.ceil(delay_s))
+        await self._modack(sub, [message.lease.token], delay)
+        message.lease.deadline_ms = now_ms()  # no longer ours once returned
+
+    async def extend(self, message: Message, duration_s: float) -> None:
+        sub = self._live(message, "extend", grace_ms=EXTEND_GRACE_MS)
+        seconds = max(1, min(MAX_ACK_DEADLINE_S, math.ceil(duration_s)))
+        started = now_ms()
+        await self._modack(sub, [message.lease.token], seconds)
+        message.lease.deadline_ms = started + seconds * 1000
+
+    async def dead_letter(self, message: Message, reason: str) -> None:
+        sub = self._live(message, "dead-letter")
+        topic = self._dead_letter_topic or sub.policy_dead_letter_topic
+        if topic is None:
+            raise DriverError(f"no dead-letter topic for {message.queue}", retriable=False)
+        attributes = {**message.attributes, DEAD_LETTER_REASON: reason,
+                      DEAD_LETTER_SOURCE: message.queue}
+        if message.content_type:
+            attributes[CONTENT_TYPE_ATTRIBUTE] = message.content_type
+        await self._publish_to(topic, message.body, attributes)
+        await self.ack(message)
+
+    def _live(self, message: Message, verb: str, grace_ms: int = 0) -> _Subscription:
+        """The message's subscription, if its lease still runs: else refuse with LeaseLost."""
+        sub = self._subscription(message.queue)
+        late_ms = now_ms() - message.lease.deadline_ms
+        if late_ms >= grace_ms:
+            raise LeaseLost(
+                f"{verb} {message.id} on {message.queue}: lease ended {late_ms} ms ago; "
+                "Pub/Sub may already have redelivered it"
+            )
+        return sub
+
+    async def _modack(self, sub: _Subscription, ack_ids: list[str], seconds: int) -> None:
+        await self._settle("modify_ack_deadline", self._sub.modify_ack_deadline(
+            subscription=sub.path, ack_ids=ack_ids, ack_deadline_seconds=seconds,
+            timeout=self.options.call_timeout_s))
+
+    async def _settle(self, doing: str, call: Awaitable[None]) -> None:
+        try:
+            await call
+        except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
+            raise settle_error(exc, doing) from exc
+
+    # -- optional abilities ----------------------------------------------------------------
+
+    async def publish(
+        self,
+        queue: str,
+        body: bytes,
+        attributes: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> str:
+        """Publish to the topic behind subscription ``queue``, or to topic ``queue``."""
+        named = dict(attributes or {})
+        if content_type:
+            named[CONTENT_TYPE_ATTRIBUTE] = content_type
+        return await self._publish_to(await self._topic_for(queue), body, named)
+
+    async def depth(self, queue: str) -> QueueDepth:
+        """Unknown: backlog sizes live in Cloud Monitoring, not the Pub/Sub API (nor the
+        emulator). ``num_undelivered_messages`` there is the number to watch."""
+        self._subscription(queue)
+        return QueueDepth(visible=None, in_flight=None, oldest_age_s=None, delayed=None)
+
+    async def ping(self) -> None:
+        first = self._subscription(self.context.queues[0])
+        await self._call("ping", self._sub.get_subscription(
+            subscription=first.path, retry=None, timeout=min(5.0, self.options.call_timeout_s)))
+
+    async def _topic_for(self, queue: str) -> str:
+        if queue in self._subs:
+            return self._subs[queue].topic
+        if is_path(queue, "topics"):
+            return queue
+        if queue not in self._topics:
+            try:
+                self._topics[queue] = (await self._resolve(queue)).topic
+            except DriverError:  # not a subscription we can see: a topic id
+                self._topics[queue] = resource_path(queue, "topics", self.project)
+        return self._topics[queue]
+
+    async def _publish_to(self, topic: str, body: bytes, attributes: dict[str, str]) -> str:
+        if len(body) > MAX_MESSAGE_BYTES:
+            raise MessageTooLarge(f"{len(body)} bytes exceeds Pub/Sub's {MAX_MESSAGE_BYTES}")
+        assert self._publisher is not None, "start() first"
+        response = await self._call("publish", self._publisher.publish(
+            topic=topic, messages=[PubsubMessage(data=body, attributes=attributes)],
+            timeout=self.options.call_timeout_s))
+        return str(response.message_ids[0])
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    @property
+    def _sub(self) -> SubscriberAsyncClient:
+        assert self._subscriber is not None, "start() first"
+        return self._subscriber
+
+    def _subscription(self, queue: str) -> _Subscription:
+        try:
+            return self._subs[queue]
+        except KeyError:
+            raise DriverError(f"{queue!r} is not a configured queue", retriable=False) from None
+
+    async def _call(self, doing: str, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
+            raise driver_error(exc, doing) from exc

@@ -1,0 +1,315 @@
+"""The gcp_pubsub driver against Google's Pub/Sub emulator: conformance plus specifics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+from priority_pubsub.drivers.base import DepthReporter, DriverContext, Pinger, Publisher
+from priority_pubsub.drivers.gcp_names import resource_path
+from priority_pubsub.drivers.gcp_pubsub import (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    PubSubDriver,
+    PubSubOptions,
+)
+
+from priority_pubsub.errors import (
+    ConfigError,
+    DriverError,
+    DriverUnavailable,
+    LeaseLost,
+)
+from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
+from tests.support.pubsub_emulator import (
+    EMULATOR_ENV,
+    PROJECT,
+    Emulator,
+    PubSubAdmin,
+    pubsub_emulator,
+)
+
+pytestmark = pytest.mark.gcp
+__all__ = ["pubsub_emulator"]  # the session fixture, imported so pytest finds it
+
+
+@dataclass
+class Topology:
+    """Fresh topics and subscriptions for one test: queue i is subscription ``queues[i]`` on
+    topic ``topics[i]``; every subscription has a dead-letter policy to ``dead`` unless the
+    test asked for none; ``dead_reader`` reads the dead-letter topic."""
+
+    admin: PubSubAdmin
+    queues: tuple[str, ...]
+    topics: tuple[str, ...]
+    dead: str
+    dead_reader: str
+    made: list[PubSubDriver]
+
+    async def driver(self, lease_s: float = 30, **options: object) -> PubSubDriver:
+        context = DriverContext(queues=self.queues, dead_letter_queue=self.dead,
+                                lease_duration_s=lease_s)
+        driver = PubSubDriver(PubSubOptions(project=PROJECT, **options), context)  # type: ignore[arg-type]
+        await driver.start()
+        self.made.append(driver)
+        return driver
+
+    async def publish(self, queue: str, body: bytes, attributes: dict[str, str]) -> None:
+        await self.admin.publish(self.topics[self.queues.index(queue)], body, attributes)
+
+
+async def make_topology(count: int = 3, *, policy: bool = True,
+                        ack_deadline_s: int = 10) -> Topology:
+    admin = PubSubAdmin()
+    uid = uuid.uuid4().hex[:10]
+    dead = f"dead-{uid}"
+    await admin.topic(dead)
+    await admin.subscription(f"dead-read-{uid}", dead)
+    queues = tuple(f"q{i}-{uid}" for i in range(count))
+    topics = tuple(f"t{i}-{uid}" for i in range(count))
+    for queue, topic in zip(queues, topics, strict=True):
+        await admin.topic(topic)
+        await admin.subscription(queue, topic, ack_deadline_s=ack_deadline_s,
+                                 dead_letter_topic=dead if policy else None)
+    return Topology(admin, queues, topics, dead, f"dead-read-{uid}", [])
+
+
+@pytest.fixture
+async def topology(pubsub_emulator: Emulator) -> AsyncIterator[Topology]:
+    topo = await make_topology()
+    yield topo
+    for driver in topo.made:
+        await driver.close()
+    await topo.admin.close()
+
+
+@pytest.fixture
+async def harness(topology: Topology) -> DriverHarness:
+    async def dead_letters() -> list[DeadLetter]:
+        return [DeadLetter(body, attrs, attrs.get(DEAD_LETTER_REASON))
+                for body, attrs in await topology.admin.drain(topology.dead_reader)]
+
+    async def make_driver(lease_s: float) -> PubSubDriver:
+        return await topology.driver(lease_s)
+
+    return DriverHarness(
+        queues=topology.queues, dead_letter_queue=topology.dead, make_driver=make_driver,
+        publish=topology.publish, dead_letters=dead_letters, lease_s=2.0, settle_s=0.3,
+    )
+
+
+class TestPubSubConformance(DriverConformance):
+    pass
+
+
+# -- driver specifics ----------------------------------------------------------------------
+
+
+async def test_attributes_publish_time_and_body_arrive_unchanged(topology: Topology) -> None:
+    driver = await topology.driver()
+    event = json.dumps({"specversion": "1.0", "id": "e-1", "source": "dapr", "type": "t",
+                        "topic": "tasks", "pubsubname": "gcp", "data": {"n": 1}}).encode()
+    before_ms = time.time_ns() // 1_000_000
+    await topology.publish(topology.queues[0], event, {"tier": "gold", "trace": "x"})
+    [message] = await receive_all(driver, topology.queues[0], 1)
+    assert message.body == event
+    assert message.attributes == {"tier": "gold", "trace": "x"}
+    assert before_ms - 1000 <= message.enqueued_ms <= time.time_ns() // 1_000_000
+    assert message.content_type is None
+    await driver.ack(message)
+
+
+async def test_publish_through_subscription_topic_and_named_topic(topology: Topology) -> None:
+    driver = await topology.driver()
+    assert isinstance(driver, Publisher)
+    first = await driver.publish(topology.queues[2], b"{}", {"a": "1"}, "application/json")
+    second = await driver.publish(topology.topics[2], b"raw")
+    full = await driver.publish(topology.admin.topic_path(topology.topics[2]), b"full")
+    got = await receive_all(driver, topology.queues[2], 3)
+    by_id = {m.id: m for m in got}
+    assert set(by_id) == {first, second, full}
+    assert by_id[first].content_type == "application/json"
+    assert by_id[first].attributes == {"a": "1"}
+    assert by_id[first].priority == 2
+    for message in got:
+        await driver.ack(message)
+
+
+async def test_delivery_attempt_counts_nacks_and_expiries(topology: Topology) -> None:
+    driver = await topology.driver(lease_s=1)
+    await topology.publish(topology.queues[0], b"count", {})
+    attempts = []
+    for n in range(3):
+        [message] = await receive_all(driver, topology.queues[0], 1)
+        attempts.append(message.attempt)
+        if n == 0:
+            await driver.retry(message, 0)  # nack
+        # else: let the 1 s lease lapse
+    assert attempts == [1, 2, 3]
+    await driver.ack(message)
+
+
+async def test_without_dead_letter_policy_every_delivery_is_attempt_one(
+    pubsub_emulator: Emulator,
+) -> None:
+    topo = await make_topology(1, policy=False)
+    try:
+        driver = await topo.driver()
+        await topo.publish(topo.queues[0], b"x", {})
+        seen = []
+        for _ in range(3):
+            [message] = await receive_all(driver, topo.queues[0], 1)
+            seen.append(message.attempt)
+            await driver.retry(message, 0)
+        # Pub/Sub keeps no count without a policy: documented, not invented.
+        assert seen == [1, 1, 1]
+        assert driver.dead_letter_enabled  # the configured topic still works
+    finally:
+        for made in topo.made:
+            await made.close()
+        await topo.admin.close()
+
+
+async def test_dead_letter_attributes_and_policy_topic_fallback(topology: Topology) -> None:
+    context = DriverContext(queues=topology.queues, dead_letter_queue=None)
+    driver = PubSubDriver(PubSubOptions(project=PROJECT), context)
+    await driver.start()
+    topology.made.append(driver)
+    assert driver.dead_letter_enabled  # from the subscriptions' own dead-letter policy
+    await topology.publish(topology.queues[1], b"bad", {"origin": "t"})
+    [message] = await receive_all(driver, topology.queues[1], 1)
+    await driver.dead_letter(message, "app said 422")
+    [(body, attributes)] = await topology.admin.drain(topology.dead_reader)
+    assert body == b"bad"
+    assert attributes == {"origin": "t", DEAD_LETTER_REASON: "app said 422",
+                          DEAD_LETTER_SOURCE: topology.queues[1]}
+
+
+async def test_lease_equal_to_ack_deadline_needs_no_extra_call(topology: Topology) -> None:
+    driver = await topology.driver(lease_s=10)  # the subscriptions' ack deadline
+    await topology.publish(topology.queues[0], b"x", {})
+    [message] = await receive_all(driver, topology.queues[0], 1)
+    remaining = message.lease.remaining_s()
+    assert 7.5 < remaining <= 10
+    await driver.ack(message)
+
+
+async def test_idle_wait_is_one_pull_per_wait(topology: Topology) -> None:
+    driver = await topology.driver()
+    started = time.monotonic()
+    assert await driver.receive(topology.queues[0], 4, 3.0) == []
+    elapsed = time.monotonic() - started
+    assert 2.7 <= elapsed < 4.5
+    assert driver.pull_calls == 1  # => 60 / wait_s pulls per minute per idle queue
+
+
+async def test_cancelled_receives_racing_arrivals_lose_nothing(topology: Topology) -> None:
+    """Cancel waiting receives at the moment messages arrive. A batch that reached us before
+    the cancel is nacked and receivable at once; the broker may also hand a message to a pull
+    we are cancelling (inherent to Pub/Sub: the answer never reaches us), which then returns
+    after the subscription's 10 s ack deadline. Either way every message comes back."""
+    driver = await topology.driver(lease_s=30)
+    queue = topology.queues[0]
+    total = 12
+    for n in range(total):
+        waiting = asyncio.create_task(driver.receive(queue, 1, 5.0))
+        await asyncio.sleep(0.05)
+        await topology.publish(queue, f"{n}".encode(), {})
+        await asyncio.sleep(0.002 * n)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            for message in await waiting:  # finished before the cancel: ours to return
+                await driver.retry(message, 0)
+    started = time.monotonic()
+    got = await receive_all(driver, queue, total, timeout_s=3)
+    prompt = len(got)
+    got += await receive_all(driver, queue, total - prompt, timeout_s=14)
+    print(f"{prompt}/{total} back at once, the rest after "
+          f"{time.monotonic() - started:.1f} s (ack deadline 10 s)")
+    assert sorted(int(m.body) for m in got) == list(range(total))
+    assert prompt >= total // 2
+    for message in got:
+        await driver.ack(message)
+
+
+async def test_extend_and_retry_after_lapse_are_refused(topology: Topology) -> None:
+    driver = await topology.driver(lease_s=1)
+    await topology.publish(topology.queues[0], b"late", {})
+    [message] = await receive_all(driver, topology.queues[0], 1)
+    await asyncio.sleep(1.8)  # past the lease and the extension grace
+    with pytest.raises(LeaseLost):
+        await driver.extend(message, 5)
+    with pytest.raises(LeaseLost):
+        await driver.retry(message, 0)
+    with pytest.raises(LeaseLost):
+        await driver.dead_letter(message, "late")
+    assert await topology.admin.drain(topology.dead_reader) == []
+
+
+async def test_retry_delay_is_capped_at_ten_minutes(topology: Topology) -> None:
+    driver = await topology.driver()
+    await topology.publish(topology.queues[0], b"x", {})
+    [message] = await receive_all(driver, topology.queues[0], 1)
+    await driver.retry(message, 3600)  # would be refused by Pub/Sub if sent as is
+    assert await driver.receive(topology.queues[0], 1, 1.5) == []
+
+
+async def test_ping_depth_and_unknown_queue(topology: Topology) -> None:
+    driver = await topology.driver()
+    assert isinstance(driver, Pinger)
+    assert isinstance(driver, DepthReporter)
+    await driver.ping()
+    depth = await driver.depth(topology.queues[0])
+    assert (depth.visible, depth.in_flight, depth.oldest_age_s) == (None, None, None)
+    with pytest.raises(DriverError, match="not a configured queue"):
+        await driver.receive("nope", 1, 0)
+
+
+async def test_missing_subscription_is_a_terminal_start_error(topology: Topology) -> None:
+    context = DriverContext(queues=("does-not-exist",))
+    driver = PubSubDriver(PubSubOptions(project=PROJECT), context)
+    with pytest.raises(DriverError, match="NotFound") as caught:
+        await driver.start()
+    assert not caught.value.retriable
+    await driver.close()
+
+
+async def test_unreachable_broker_is_unavailable(
+    pubsub_emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(EMULATOR_ENV, "127.0.0.1:9")  # discard port: nothing listens
+    driver = PubSubDriver(PubSubOptions(project=PROJECT, call_timeout_s=3),
+                          DriverContext(queues=("q",)))
+    with pytest.raises(DriverUnavailable):
+        await driver.start()
+    await driver.close()
+
+
+def test_lease_over_ack_deadline_cap_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"lease\.duration_s"):
+        PubSubDriver(PubSubOptions(project=PROJECT),
+                     DriverContext(queues=("q",), lease_duration_s=3600))
+
+
+def test_names_accept_ids_and_full_paths() -> None:
+    assert resource_path("q", "subscriptions", "p") == "projects/p/subscriptions/q"
+    assert resource_path("projects/o/topics/t", "topics", None) == "projects/o/topics/t"
+    with pytest.raises(DriverError, match="names topics"):
+        resource_path("projects/o/topics/t", "subscriptions", "p")
+    with pytest.raises(DriverError, match="bare id"):
+        resource_path("q", "subscriptions", None)
+    with pytest.raises(DriverError):
+        resource_path("a/b", "topics", "p")
+
+
+def test_unknown_option_is_refused() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        PubSubOptions.model_validate({"project": "p", "endpoint_url": "x"})
