@@ -203,13 +203,9 @@ def _read_with_dynaconf(config_path: Path) -> dict[str, Any]:
     from dynaconf import Dynaconf  # imported here: a second or two off `--help`
 
     try:
-        loaded = Dynaconf(
-            settings_files=[str(config_path)],
-            envvar_prefix=ENV_PREFIX,
-            environments=False,
-            load_dotenv=False,
-            merge_enabled=False,
-        )
+        # Dynaconf's own options go in as keyword arguments only where they differ from its
+        # defaults: anything passed here would also show up in as_dict() as a "setting".
+        loaded = Dynaconf(settings_files=[str(config_path)], envvar_prefix=ENV_PREFIX)
         data = loaded.as_dict()
     except Exception as exc:  # dynaconf raises YAML/TOML parser errors of many types
         detail = " ".join(str(exc).split())

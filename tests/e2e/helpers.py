@@ -1,0 +1,69 @@
+"""Small helpers shared by the local-driver end-to-end tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from priority_pubsub.config import load_config
+from priority_pubsub.ops import publish_messages
+from tests.support.sidecar import cli
+
+
+def publish(config: Path, queue: str, data: str, count: int = 1,
+            attributes: dict[str, str] | None = None) -> list[str]:
+    """Publish in-process through the same code as ``priority-pubsub publish`` (the CLI's
+    own tests run the subprocess; here start-up time would dominate)."""
+    settings = load_config(config)
+    ids: list[str] = asyncio.run(
+        publish_messages(settings, queue, data.encode(), attributes or {}, count, None)
+    )
+    return ids
+
+
+def stats(config: Path) -> dict[str, Any]:
+    result = cli("stats", "--json", config=config)
+    assert result.returncode == 0, result.stderr
+    value = json.loads(result.stdout)
+    assert isinstance(value, dict)
+    return value
+
+
+def queue_rows(db: Path, queue: str) -> list[dict[str, Any]]:
+    """Read a local queue straight from SQLite (read-only), without leasing anything."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT id, body, attributes, attempts, lease_token FROM messages WHERE queue = ? "
+            "ORDER BY seq", (queue,),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [{"id": r[0], "body": bytes(r[1]), "attributes": json.loads(r[2]), "attempts": r[3],
+             "leased": r[4] is not None} for r in rows]
+
+
+def journal_records(directory: Path) -> list[dict[str, Any]]:
+    records = []
+    for path in sorted(directory.glob("journal-*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                records.append(json.loads(line))
+    return records
+
+
+def wait_until(predicate: Any, timeout_s: float = 20, interval_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval_s)
+    raise AssertionError(f"condition not met within {timeout_s}s")
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)

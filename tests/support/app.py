@@ -1,0 +1,129 @@
+"""A real HTTP app on 127.0.0.1 that records every request and answers as a test scripts it.
+
+It runs its own event loop in a thread, so synchronous tests and tests on pytest-asyncio's
+loop can both use it; the sidecar reaches it over a real socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+    @property
+    def event(self) -> dict[str, Any]:
+        value = json.loads(self.body)
+        assert isinstance(value, dict)
+        return value
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int = 200
+    body: bytes | str | dict[str, Any] = b""
+    delay_s: float = 0.0
+
+
+Behaviour = Callable[[Received], Reply]
+
+
+@dataclass
+class RecordingApp:
+    behaviour: Behaviour = field(default=lambda _: Reply())
+    received: list[Received] = field(default_factory=list)
+    port: int = 0
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+    _runner: web.AppRunner | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    in_progress: int = 0
+    max_in_progress: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> RecordingApp:
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+
+        def serve() -> None:
+            assert self._loop is not None
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(self._start())
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=serve, name="recording-app", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self._loop is not None and self._thread is not None
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        # Tests stop the app with requests still parked in long sleeps: don't wait for them.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.shutdown()
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        seen = Received(request.path, dict(request.headers), await request.read(), time.time())
+        with self._lock:
+            self.received.append(seen)
+            self.in_progress += 1
+            self.max_in_progress = max(self.max_in_progress, self.in_progress)
+        try:
+            reply = self.behaviour(seen)
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+        finally:
+            with self._lock:
+                self.in_progress -= 1
+        body = reply.body
+        if isinstance(body, dict):
+            return web.json_response(body, status=reply.status)
+        return web.Response(status=reply.status, body=body.encode() if isinstance(body, str)
+                            else body)
+
+    def wait_for(self, count: int, timeout_s: float = 20.0) -> list[Received]:
+        """Block until at least ``count`` requests arrived; return them all."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.received) >= count:
+                    return list(self.received)
+            time.sleep(0.02)
+        raise AssertionError(f"app saw {len(self.received)} requests, expected {count}")
+
+    def events(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r.event for r in self.received]

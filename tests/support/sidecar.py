@@ -1,0 +1,115 @@
+"""Run the real ``priority-pubsub`` CLI as a subprocess, as users and Kubernetes do."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.support.ports import free_port
+
+
+def cli(*args: str, config: Path | None = None, input_bytes: bytes | None = None,
+        env: dict[str, str] | None = None, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """One CLI command to completion (publish, stats, check, requeue ...)."""
+    command = [sys.executable, "-m", "priority_pubsub", *args]
+    if config is not None:
+        command += ["-c", str(config)]
+    return subprocess.run(
+        command, input=input_bytes.decode() if input_bytes is not None else None,
+        capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})},
+    )
+
+
+def write_config(directory: Path, config: dict[str, Any], name: str = "config.yaml") -> Path:
+    path = directory / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def local_config(directory: Path, app_url: str, **overrides: Any) -> dict[str, Any]:
+    """A local-driver config under ``directory``; keyword overrides replace top-level keys."""
+    config: dict[str, Any] = {
+        "driver": {"type": "local", "path": str(directory / "queues.db")},
+        "queues": [{"name": "high"}, {"name": "normal"}, {"name": "low"}],
+        "concurrency": 2,
+        "app": {"url": app_url, "timeout_s": 30},
+        "retry": {"max_attempts": 3, "initial_delay_s": 0.2, "max_delay_s": 2},
+        "dead_letter": {"queue": "dead"},
+        "lease": {"duration_s": 30},
+        "shutdown": {"grace_s": 5},
+        "server": {"host": "127.0.0.1", "port": 0},
+        "journal": {"path": str(directory / "journal"), "rotate_mb": 64},
+        "log": {"level": "info", "format": "json"},
+    }
+    config.update(overrides)
+    return config
+
+
+class SidecarProcess:
+    """``priority-pubsub run`` in a subprocess with its own ops port and captured logs."""
+
+    def __init__(self, directory: Path, config: dict[str, Any], name: str = "sidecar",
+                 env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        config = {**config, "server": {**config.get("server", {}), "port": self.port}}
+        self.config_path = write_config(directory, config, f"{name}.yaml")
+        self.log_path = directory / f"{name}.log"
+        self._env = {**os.environ, **(env or {})}
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "priority_pubsub", "run", "-c", str(self.config_path)],
+            stdout=self._log, stderr=subprocess.STDOUT, env=self._env,
+        )
+
+    @property
+    def ops_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout_s: float = 20) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"sidecar exited {self.process.returncode}:\n{self.logs()}")
+            try:
+                if httpx.get(f"{self.ops_url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"sidecar not ready in {timeout_s}s:\n{self.logs()}")
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.ops_url}/metrics", timeout=5).text
+
+    def terminate(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def wait(self, timeout_s: float = 30) -> int:
+        code = self.process.wait(timeout_s)
+        self._log.close()
+        return code
+
+    def logs(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.terminate()
+        try:
+            return self.wait()
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.wait()
