@@ -74,7 +74,8 @@ class RecordingApp:
         return self
 
     def __exit__(self, *_: object) -> None:
-        assert self._loop is not None and self._thread is not None
+        assert self._loop is not None
+        assert self._thread is not None
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)

@@ -16,8 +16,13 @@ import yaml
 from tests.support.ports import free_port
 
 
-def cli(*args: str, config: Path | None = None, input_bytes: bytes | None = None,
-        env: dict[str, str] | None = None, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str,
+    config: Path | None = None,
+    input_bytes: bytes | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 60,
+) -> subprocess.CompletedProcess[str]:
     """One CLI command to completion (publish, stats, check, requeue ...)."""
     command = [sys.executable, "-m", "priority_pubsub", *args]
     if config is not None:
