@@ -1,1 +1,6 @@
-"""The PySpark delivery report (extra ``spark``); never imported by the sidecar."""
+"""The delivery report: a PySpark job over the sidecar's journal (DESIGN §8).
+
+This package is never imported by the sidecar runtime, and pyspark is imported lazily inside
+its functions only, so the sidecar image needs neither Spark nor Java. Entry points live in
+``priority_pubsub.analytics.report`` (``run_report`` and ``main``).
+"""

@@ -1,0 +1,159 @@
+"""Capacity: workers needed for a target wait (M/M/c, Erlang C) beside observed concurrency.
+
+Model. Deliveries of priority ``p`` arrive as a Poisson stream of rate ``λ_p`` (deliveries,
+retries included, over the span between the first and the last first-delivery enqueue) and
+hold a worker for an exponential time of mean ``S_p`` (``settled - forwarded``; ``received``
+when the attempt was never forwarded). Under strict priorities a ``p`` message competes only
+with priorities ``≤ p``, so priority ``p`` is sized as an M/M/c FCFS queue fed by all of
+them: ``λ = Σ λ_q``, ``S`` their rate-weighted mean, offered load ``a = λ·S`` workers.
+With Erlang's C(c, a), the probability of waiting at all, an M/M/c queue has
+``P(wait > t) = C(c, a) · exp(-(c - a)·t / S)``; the answer is the smallest ``c`` with
+``P(wait > target) ≤ 5 %`` (p95 wait ≤ target). Caveats, stated on the page: arrivals are
+rarely Poisson and service rarely exponential; a worker busy with a lower-priority task is
+not pre-empted; and the lowest priority waits longer under strict priorities than under
+FCFS, so its figure is a lower bound. The pool needs the lowest priority's figure.
+
+Observed concurrency is the maximum number of attempts in flight at once (intervals
+``[forwarded, settled)``, ends before starts at the same millisecond), per priority and
+overall, and the mean in flight (total busy time / span, Little's law).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+P95_TAIL = 0.05
+MAX_WORKERS = 100_000
+
+
+def erlang_c(workers: int, offered_load: float) -> float:
+    """Probability an arrival waits in M/M/c (1.0 when the queue is unstable)."""
+    if offered_load <= 0:
+        return 0.0
+    if workers <= offered_load:
+        return 1.0
+    blocking = 1.0  # Erlang B by the stable recursion B(k) = aB(k-1) / (k + aB(k-1))
+    for k in range(1, workers + 1):
+        blocking = offered_load * blocking / (k + offered_load * blocking)
+    return workers * blocking / (workers - offered_load * (1.0 - blocking))
+
+
+def wait_tail(workers: int, arrival_rate: float, mean_service_s: float, wait_s: float) -> float:
+    """P(wait > wait_s) in M/M/c."""
+    load = arrival_rate * mean_service_s
+    if load <= 0:
+        return 0.0
+    if workers <= load:
+        return 1.0
+    decay = (workers - load) / mean_service_s
+    return erlang_c(workers, load) * math.exp(-decay * wait_s)
+
+
+def workers_needed(arrival_rate: float, mean_service_s: float, target_wait_s: float) -> int | None:
+    """Smallest c with p95 wait <= target; 0 without load, None beyond ``MAX_WORKERS``."""
+    load = arrival_rate * mean_service_s
+    if arrival_rate <= 0:
+        return 0
+    if load <= 0:
+        return 1
+    workers = max(1, math.floor(load) + 1)
+    while workers <= MAX_WORKERS:
+        if wait_tail(workers, arrival_rate, mean_service_s, target_wait_s) <= P95_TAIL:
+            return workers
+        workers += 1
+    return None
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    """Sizing of one priority, beside what was observed."""
+
+    priority: int
+    deliveries: int
+    arrival_rate_per_s: float
+    mean_service_s: float
+    offered_load: float
+    cumulative_load: float
+    workers_needed: int | None
+    observed_max_in_flight: int
+    observed_mean_in_flight: float
+
+
+def _service_ms() -> Column:
+    from pyspark.sql import functions as F
+
+    start = F.coalesce(F.col("forwarded_ms"), F.col("received_ms"))
+    return F.greatest(F.col("settled_ms") - start, F.lit(0))
+
+
+def _max_in_flight(derived: DataFrame, keys: list[str]) -> dict[tuple[object, ...], int]:
+    """Max concurrent intervals per key: sweep of +1/-1 events summed per millisecond."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    start = F.coalesce(F.col("forwarded_ms"), F.col("received_ms"))
+    starts = derived.select(*keys, start.alias("t"), F.lit(1).alias("d"))
+    ends = derived.select(*keys, F.col("settled_ms").alias("t"), F.lit(-1).alias("d"))
+    per_ms = starts.unionByName(ends).groupBy(*keys, "t").agg(F.sum("d").alias("d"))
+    # Summing per millisecond first makes ends and starts at one instant cancel: an end
+    # before a start at the same ms, as the module docstring says.
+    window = (Window.partitionBy(*keys) if keys else Window.partitionBy(F.lit(0))).orderBy("t")
+    running = per_ms.withColumn(
+        "level", F.sum("d").over(window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    )
+    rows = running.groupBy(*keys).agg(F.max("level").alias("peak")).collect()
+    return {tuple(r[k] for k in keys): int(r["peak"]) for r in rows}
+
+
+def observed_peak(derived: DataFrame) -> int:
+    """Max attempts in flight at once over all priorities and queues."""
+    return _max_in_flight(derived, []).get((), 0)
+
+
+def capacity(derived: DataFrame, target_wait_s: float) -> list[CapacityRow]:
+    """Per priority: arrival rate, service time, M/M/c workers needed, observed concurrency."""
+    from pyspark.sql import functions as F
+
+    first_enq = F.when(F.col("attempt") == 1, F.col("enqueued_ms"))
+    service = _service_ms()
+    stats = derived.groupBy("priority").agg(
+        F.count("*").alias("n"),
+        F.avg(service).alias("mean_ms"),
+        F.sum(service).alias("busy_ms"),
+        F.min(first_enq).alias("lo"),
+        F.max(first_enq).alias("hi"),
+    )
+    collected = sorted(stats.collect(), key=lambda r: r["priority"])
+    los = [r["lo"] for r in collected if r["lo"] is not None]
+    if not los:
+        return []
+    span_s = (max(r["hi"] for r in collected if r["hi"] is not None) - min(los)) / 1000.0
+    peaks = _max_in_flight(derived, ["priority"])
+    rows: list[CapacityRow] = []
+    cum_rate = cum_busy = 0.0
+    for r in collected:
+        rate = r["n"] / span_s if span_s > 0 else 0.0
+        mean_s = float(r["mean_ms"]) / 1000.0
+        cum_rate += rate
+        cum_busy += rate * mean_s
+        mix_s = cum_busy / cum_rate if cum_rate > 0 else 0.0
+        needed = workers_needed(cum_rate, mix_s, target_wait_s) if span_s > 0 else None
+        rows.append(
+            CapacityRow(
+                priority=int(r["priority"]),
+                deliveries=int(r["n"]),
+                arrival_rate_per_s=rate,
+                mean_service_s=mean_s,
+                offered_load=rate * mean_s,
+                cumulative_load=cum_busy,
+                workers_needed=needed,
+                observed_max_in_flight=peaks.get((r["priority"],), 0),
+                observed_mean_in_flight=(r["busy_ms"] / 1000.0 / span_s) if span_s > 0 else 0.0,
+            )
+        )
+    return rows

@@ -1,0 +1,271 @@
+"""``priority-pubsub report``: journal files in, Parquet tables and report.html out.
+
+``run_report`` is the whole job; ``main(argv)`` is its typer-free command line, also usable
+with ``spark-submit -m``-style launchers. The job reads the journal once (cached), writes
+the big tables straight from Spark, and collects only small aggregates to the driver for
+the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from priority_pubsub.analytics import tables as T
+from priority_pubsub.analytics.capacity import CapacityRow, capacity, observed_peak
+from priority_pubsub.analytics.load import LineCounts, load
+from priority_pubsub.analytics.page import PageData, render
+from priority_pubsub.analytics.starvation import StarvationRow, collect_rows, starvation
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DEFAULT_TARGET_WAIT_S = 60.0
+TimeBound = datetime | str | int | None
+TOP_REASONS = 20
+
+
+@dataclass
+class ReportSummary:
+    """What a run produced: where, how many lines of each kind, and the headline figures."""
+
+    out_dir: str
+    html_path: str
+    tables: dict[str, str]
+    lines: LineCounts
+    deliveries: int
+    messages: int
+    first_ms: int | None
+    last_ms: int | None
+    starvation: list[StarvationRow] = field(default_factory=list)
+    capacity: list[CapacityRow] = field(default_factory=list)
+    observed_peak: int = 0
+    workers_needed: int | None = None
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["lines"]["bad"] = self.lines.bad
+        return data
+
+
+def to_epoch_ms(bound: TimeBound) -> int | None:
+    """ISO 8601 text (naive = UTC, 'Z' allowed), an aware/naive datetime, or epoch ms."""
+    if bound is None or isinstance(bound, int):
+        return bound
+    if isinstance(bound, str):
+        bound = datetime.fromisoformat(bound.strip().replace("Z", "+00:00"))
+    if bound.tzinfo is None:
+        bound = bound.replace(tzinfo=UTC)
+    return int(bound.timestamp() * 1000)
+
+
+def run_report(
+    journal_glob: str,
+    out_dir: str,
+    master: str = "local[*]",
+    since: TimeBound = None,
+    until: TimeBound = None,
+    target_wait_s: float = DEFAULT_TARGET_WAIT_S,
+    spark: SparkSession | None = None,
+) -> ReportSummary:
+    """Run the whole report. Uses ``spark``, else the active session, else starts one on
+    ``master`` (and stops it at the end). ``out_dir`` is a local directory."""
+    started = time.monotonic()
+    since_ms, until_ms = to_epoch_ms(since), to_epoch_ms(until)  # bad text fails before Spark
+    own = spark is None and _active_session() is None
+    session = spark or _active_session() or _start_session(master)
+    try:
+        bounds = (since_ms, until_ms, since, until)
+        summary = _run(session, journal_glob, out_dir, bounds, target_wait_s)
+    finally:
+        if own:
+            session.stop()
+    summary.elapsed_s = round(time.monotonic() - started, 3)
+    return summary
+
+
+def _active_session() -> SparkSession | None:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+def _start_session(master: str) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(master)
+        .appName("priority-pubsub-report")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+
+
+def _run(
+    spark: SparkSession,
+    journal_glob: str,
+    out_dir: str,
+    bounds: tuple[int | None, int | None, TimeBound, TimeBound],
+    target_wait_s: float,
+) -> ReportSummary:
+
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    out = Path(out_dir).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    since_ms, until_ms, since, until = bounds
+    loaded = load(spark, journal_glob, since_ms, until_ms)
+    try:
+        derived = T.with_derived(loaded.valid)
+        paths = _write_tables(derived, out)
+        life = spark.read.parquet(paths["lifecycle"])
+        summary = _rows(T.priority_summary(derived))
+        starved = starvation(spark, derived, [int(r["priority"]) for r in summary])
+        paths["starvation"] = _write(starved, out, "starvation")
+        cap = capacity(derived, target_wait_s)
+        peak = observed_peak(derived)
+        paths["capacity"] = _write_rows(spark, [asdict(c) for c in cap], out, "capacity")
+        attempts = _rows(T.lifecycle_summary(life))
+        page = PageData(
+            source=journal_glob,
+            generated_ms=int(time.time() * 1000),
+            target_wait_s=target_wait_s,
+            counts=loaded.counts,
+            first_ms=min((r["first_settled_ms"] for r in summary), default=None),
+            last_ms=max((r["last_settled_ms"] for r in summary), default=None),
+            since=None if since is None else str(since),
+            until=None if until is None else str(until),
+            summary=summary,
+            hourly=_hourly_rows(T.priority_hourly(derived)),
+            in_system=_rows(T.time_in_system(life)),
+            starvation=collect_rows(starved),
+            capacity=cap,
+            observed_peak=peak,
+            reasons=_top_reasons(spark.read.parquet(paths["dead_letters"])),
+            attempts=attempts,
+            tables=paths,
+        )
+        html_path = out / "report.html"
+        html_path.write_text(render(page), encoding="utf-8")
+        return ReportSummary(
+            out_dir=str(out),
+            html_path=str(html_path),
+            tables=paths,
+            lines=loaded.counts,
+            deliveries=loaded.counts.valid,
+            messages=sum(int(r["messages"]) for r in attempts),
+            first_ms=page.first_ms,
+            last_ms=page.last_ms,
+            starvation=page.starvation,
+            capacity=cap,
+            observed_peak=peak,
+            workers_needed=cap[-1].workers_needed if cap else None,
+        )
+    finally:
+        loaded.release()
+
+
+def _write_tables(derived: DataFrame, out: Path) -> dict[str, str]:
+    """The big tables, written by the executors (never collected)."""
+    return {
+        "hourly": _write(T.hourly(derived), out, "hourly"),
+        "attempts": _write(T.attempts_distribution(derived), out, "attempts"),
+        "dead_letters": _write(T.dead_letters(derived), out, "dead_letters"),
+        "lifecycle": _write(T.lifecycle(derived), out, "lifecycle"),
+    }
+
+
+def _write(frame: DataFrame, out: Path, name: str) -> str:
+    path = str(out / name)
+    frame.write.mode("overwrite").parquet(path)
+    return path
+
+
+def _write_rows(spark: SparkSession, rows: list[dict[str, Any]], out: Path, name: str) -> str:
+    schema = (
+        "priority int, deliveries long, arrival_rate_per_s double, mean_service_s double, "
+        "offered_load double, cumulative_load double, workers_needed int, "
+        "observed_max_in_flight int, observed_mean_in_flight double"
+    )
+    return _write(spark.createDataFrame(rows, schema), out, name)
+
+
+def _rows(frame: DataFrame) -> list[dict[str, Any]]:
+    return [r.asDict() for r in frame.collect()]
+
+
+def _hourly_rows(frame: DataFrame) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    with_ms = frame.withColumn("hour_ms", F.unix_millis(F.col("hour"))).drop("hour")
+    return _rows(with_ms)
+
+
+def _top_reasons(dead: DataFrame) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    grouped = dead.groupBy("priority", "queue", "outcome", "reason").agg(
+        F.sum("messages").alias("messages")
+    )
+    return _rows(grouped.orderBy(F.desc("messages"), "priority").limit(TOP_REASONS))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="priority-pubsub report",
+        description="Delivery report over journal files: Parquet tables and report.html.",
+    )
+    parser.add_argument("journal_glob", help="journal files: path, glob or Hadoop URI (.gz ok)")
+    parser.add_argument("--out", required=True, help="output directory (local)")
+    parser.add_argument("--master", default="local[*]", help="Spark master URL")
+    parser.add_argument("--since", help="first settle time, ISO 8601 (UTC if no zone)")
+    parser.add_argument("--until", help="settle time bound (exclusive), ISO 8601")
+    parser.add_argument(
+        "--target-wait-s",
+        type=float,
+        default=DEFAULT_TARGET_WAIT_S,
+        help="p95 wait the capacity figures aim for, seconds",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: prints the summary as one JSON document; 0 ok, 1 failed, 2 bad usage."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        summary = run_report(
+            args.journal_glob,
+            args.out,
+            master=args.master,
+            since=args.since,
+            until=args.until,
+            target_wait_s=args.target_wait_s,
+        )
+    except ValueError as exc:  # a bad --since/--until
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # Spark's errors (e.g. no such path) arrive as many classes
+        print(f"error: report failed: {_first_line(exc)}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary.to_dict(), default=str))
+    return 0
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

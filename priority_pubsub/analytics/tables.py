@@ -1,0 +1,176 @@
+"""The Parquet tables: per (queue, priority, hour) statistics and per-message lifecycle.
+
+Definitions (also shown on the HTML page):
+- an *attempt* is one journal record: one delivery of one message, settled once;
+- *hour* is the UTC hour in which the attempt was settled;
+- *wait* is ``received - enqueued`` of a message's first delivery (attempt 1): how long it
+  sat in its queue before a worker took it. Later attempts are left out of wait on purpose:
+  their ``received - enqueued`` includes the retry backoff the sidecar chose, which says
+  nothing about priorities;
+- *processing* is ``settled - forwarded``: the app's time on the attempt plus settling;
+- a message is *completed* by its final outcome (ack, dead or drop); retry is not final.
+Percentiles use Spark's ``percentile_approx`` with accuracy ``PERCENTILE_ACCURACY``: the
+returned value's rank is within ``n / PERCENTILE_ACCURACY`` of the exact rank.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from priority_pubsub.analytics.schema import FINAL_OUTCOMES, OUTCOMES
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+PERCENTILES = (0.5, 0.95, 0.99)
+PERCENTILE_ACCURACY = 10_000
+KEYS = ("queue", "priority", "hour")
+
+
+def with_derived(valid: DataFrame) -> DataFrame:
+    """Add ``hour`` (UTC timestamp), ``wait_s`` (attempt 1 only) and ``proc_s``."""
+    from pyspark.sql import functions as F
+
+    wait_ms = F.when(F.col("attempt") == 1, F.col("received_ms") - F.col("enqueued_ms"))
+    return (
+        valid.withColumn("hour", F.date_trunc("hour", F.timestamp_millis(F.col("settled_ms"))))
+        .withColumn("wait_s", wait_ms / 1000.0)
+        .withColumn("proc_s", (F.col("settled_ms") - F.col("forwarded_ms")) / 1000.0)
+    )
+
+
+def percentile_columns(column: str, prefix: str) -> list[Column]:
+    """p50/p95/p99 of ``column`` as ``{prefix}_p50_s`` ... (one approx sketch, three reads)."""
+    from pyspark.sql import functions as F
+
+    sketch = F.percentile_approx(F.col(column), list(PERCENTILES), PERCENTILE_ACCURACY)
+    return [sketch[i].alias(f"{prefix}_p{round(p * 100)}_s") for i, p in enumerate(PERCENTILES)]
+
+
+def outcome_columns() -> list[Column]:
+    """Counts per outcome, completed messages, and each outcome's share of attempts."""
+    from pyspark.sql import functions as F
+
+    counts = [F.sum((F.col("outcome") == o).cast("long")).alias(o) for o in OUTCOMES]
+    completed = F.sum(F.col("outcome").isin(*FINAL_OUTCOMES).cast("long")).alias("completed")
+    rates = [F.avg((F.col("outcome") == o).cast("double")).alias(f"{o}_rate") for o in OUTCOMES]
+    return [F.count("*").alias("attempts"), *counts, completed, *rates]
+
+
+def hourly(derived: DataFrame) -> DataFrame:
+    """Per (queue, priority, hour): attempts, outcomes, throughput, wait and processing."""
+    from pyspark.sql import functions as F
+
+    grouped = derived.groupBy(*KEYS).agg(
+        *outcome_columns(),
+        F.count("wait_s").alias("first_deliveries"),
+        *percentile_columns("wait_s", "wait"),
+        *percentile_columns("proc_s", "proc"),
+        F.sum("bytes").alias("bytes"),
+    )
+    return grouped.withColumn("completed_per_s", F.col("completed") / 3600.0).orderBy(*KEYS)
+
+
+def attempts_distribution(derived: DataFrame) -> DataFrame:
+    """Per (queue, priority, hour, attempt number): how many deliveries were that attempt."""
+    from pyspark.sql import functions as F
+
+    return derived.groupBy(*KEYS, "attempt").agg(F.count("*").alias("deliveries"))
+
+
+def dead_letters(derived: DataFrame) -> DataFrame:
+    """Per (queue, priority, hour, outcome, reason) for messages dead-lettered or dropped."""
+    from pyspark.sql import functions as F
+
+    reason = F.coalesce(F.col("reason"), F.lit("(no reason given)")).alias("reason")
+    return (
+        derived.where(F.col("outcome").isin("dead", "drop"))
+        .groupBy(*KEYS, "outcome", reason)
+        .agg(F.count("*").alias("messages"))
+    )
+
+
+def lifecycle(derived: DataFrame) -> DataFrame:
+    """One row per (queue, message_id): attempts until its final outcome, time in system.
+
+    The final outcome is that of the last settled attempt; if it was a retry, the message is
+    ``in_progress`` (its end is outside the journal) and has no time in system.
+    """
+    from pyspark.sql import functions as F
+
+    order = F.struct(F.col("settled_ms"), F.col("attempt"))
+    last = derived.groupBy("queue", "message_id").agg(
+        F.first("priority").alias("priority"),
+        F.max("attempt").alias("attempts"),
+        F.count("*").alias("deliveries"),
+        F.max_by("outcome", order).alias("last_outcome"),
+        F.min("enqueued_ms").alias("enqueued_ms"),
+        F.max("settled_ms").alias("last_settled_ms"),
+    )
+    final = F.col("last_outcome").isin(*FINAL_OUTCOMES)
+    in_system = (F.col("last_settled_ms") - F.col("enqueued_ms")) / 1000.0
+    return last.select(
+        "queue",
+        "message_id",
+        "priority",
+        "attempts",
+        "deliveries",
+        F.when(final, F.col("last_outcome")).otherwise("in_progress").alias("final_outcome"),
+        F.timestamp_millis(F.col("enqueued_ms")).alias("enqueued"),
+        F.when(final, in_system).alias("time_in_system_s"),
+    )
+
+
+def priority_summary(derived: DataFrame) -> DataFrame:
+    """Per priority over the whole range: what the page's headline table shows."""
+    from pyspark.sql import functions as F
+
+    return (
+        derived.groupBy("priority")
+        .agg(
+            F.concat_ws(", ", F.array_sort(F.collect_set("queue"))).alias("queues"),
+            *outcome_columns(),
+            F.count("wait_s").alias("first_deliveries"),
+            *percentile_columns("wait_s", "wait"),
+            *percentile_columns("proc_s", "proc"),
+            F.min("settled_ms").alias("first_settled_ms"),
+            F.max("settled_ms").alias("last_settled_ms"),
+        )
+        .orderBy("priority")
+    )
+
+
+def priority_hourly(derived: DataFrame) -> DataFrame:
+    """Per (priority, hour): the series behind the page's charts."""
+    from pyspark.sql import functions as F
+
+    return (
+        derived.groupBy("priority", "hour")
+        .agg(
+            F.count("*").alias("attempts"),
+            F.sum(F.col("outcome").isin(*FINAL_OUTCOMES).cast("long")).alias("completed"),
+            *percentile_columns("wait_s", "wait"),
+        )
+        .orderBy("priority", "hour")
+    )
+
+
+def lifecycle_summary(life: DataFrame) -> DataFrame:
+    """Per priority: attempts-until-final distribution and time-in-system percentiles."""
+    from pyspark.sql import functions as F
+
+    return (
+        life.groupBy("priority", "final_outcome", "attempts")
+        .agg(F.count("*").alias("messages"))
+        .orderBy("priority", "final_outcome", "attempts")
+    )
+
+
+def time_in_system(life: DataFrame) -> DataFrame:
+    """Per priority: p50/p95/p99 of time in system for completed messages."""
+    return (
+        life.where("time_in_system_s IS NOT NULL")
+        .groupBy("priority")
+        .agg(*percentile_columns("time_in_system_s", "in_system"))
+        .orderBy("priority")
+    )
