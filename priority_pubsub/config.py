@@ -211,7 +211,22 @@ def _read_with_dynaconf(config_path: Path) -> dict[str, Any]:
         detail = " ".join(str(exc).split())
         raise ConfigError(f"{config_path}: cannot parse: {detail}") from None
     data.pop("CONFIG", None)  # PRIORITY_PUBSUB_CONFIG names the file, it is not a key
-    return {str(key).lower(): value for key, value in data.items()}
+    return {str(key).lower(): _env_keys_lowered(value) for key, value in data.items()}
+
+
+def _env_keys_lowered(value: Any) -> Any:
+    """Environment variables arrive upper-case (``..._APP__URL`` gives ``URL``) where the key
+    is not already in the file; config keys are lower-case. Keys with any lower-case letter
+    come from YAML and are kept as written (queue names in maps are case-sensitive)."""
+    if isinstance(value, dict):
+        return {
+            (key.lower() if isinstance(key, str) and key.isupper() else key):
+                _env_keys_lowered(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_env_keys_lowered(item) for item in value]
+    return value
 
 
 def _validate_plugins(settings: Settings) -> None:

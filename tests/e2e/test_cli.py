@@ -1,0 +1,119 @@
+"""The CLI as users run it: exit codes, one-line config errors, publish, stats, check, requeue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.helpers import publish, queue_rows
+from tests.support.app import RecordingApp
+from tests.support.ports import free_port
+from tests.support.sidecar import cli, local_config, write_config
+
+pytestmark = pytest.mark.local
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "env", "expected"),
+    [
+        ("queues: [{name: a}]\nconcurency: 3\n", {}, "concurency: unknown key"),
+        ("queues: []\n", {}, "queues: "),
+        ("queues: [{name: a}]\ndriver: {type: nosuch}\n", {}, "driver.type: unknown driver"),
+        ("queues: [{name: a}]\ntransforms: [nosuch]\n", {}, "transforms.0: unknown transform"),
+        ("queues: [{name: a}]\n", {"PRIORITY_PUBSUB_RETRY__MAX_ATTEMPTS": "0"},
+         "retry.max_attempts: "),
+        ("queues: [{name: a}\n", {}, "cannot parse"),
+    ],
+)
+def test_run_with_invalid_config_exits_2_with_one_line(
+    tmp_path: Path, yaml_text: str, env: dict[str, str], expected: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml_text)
+    result = cli("run", config=path, env=env)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_run_with_missing_config_file_exits_2(tmp_path: Path) -> None:
+    result = cli("run", config=tmp_path / "missing.yaml")
+    assert result.returncode == 2
+    assert "config file not found" in result.stderr
+
+
+def test_publish_from_data_stdin_and_file_with_attributes(tmp_path: Path) -> None:
+    config = write_config(tmp_path, local_config(tmp_path, "http://127.0.0.1:1"))
+    result = cli("publish", "high", "--data", '{"a": 1}', "--attr", "tier=gold",
+                 "--attr", "region=eu", "--count", "3", config=config)
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.split()) == 3
+    assert cli("publish", "low", config=config, input_bytes=b"from stdin").returncode == 0
+    body_file = tmp_path / "body.bin"
+    body_file.write_bytes(b"\x00binary")
+    assert cli("publish", "low", "--file", str(body_file), config=config).returncode == 0
+    high = queue_rows(tmp_path / "queues.db", "high")
+    assert [r["attributes"] for r in high] == [{"tier": "gold", "region": "eu"}] * 3
+    assert [r["body"] for r in queue_rows(tmp_path / "queues.db", "low")] == [
+        b"from stdin", b"\x00binary"]
+    bad = cli("publish", "high", "--data", "x", "--attr", "novalue", config=config)
+    assert bad.returncode == 2
+    assert "--attr expects K=V" in bad.stderr
+
+
+def test_publish_refuses_oversized_message_clearly(tmp_path: Path) -> None:
+    config = local_config(tmp_path, "http://127.0.0.1:1")
+    config["driver"]["max_message_bytes"] = 16
+    result = cli("publish", "high", "--data", "x" * 17, config=write_config(tmp_path, config))
+    assert result.returncode == 1
+    assert "exceeds driver.max_message_bytes (16)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_stats_json_is_stable_and_counts(tmp_path: Path) -> None:
+    config = write_config(tmp_path, local_config(tmp_path, "http://127.0.0.1:1"))
+    publish(config, "high", "x", count=2)
+    publish(config, "low", "y")
+    result = cli("stats", "--json", config=config)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert list(report) == ["v", "driver", "queues", "dead_letter"]
+    assert report["v"] == 1
+    assert [(q["name"], q["priority"], q["visible"], q["in_flight"]) for q in report["queues"]] \
+        == [("high", 0, 2, 0), ("normal", 1, 0, 0), ("low", 2, 1, 0)]
+    assert list(report["queues"][0]) == ["name", "priority", "visible", "in_flight", "delayed",
+                                         "oldest_age_s"]
+    assert report["dead_letter"]["name"] == "dead"
+    text = cli("stats", config=config)
+    assert text.returncode == 0
+    assert "high" in text.stdout
+
+
+def test_check_masks_secrets_and_reports_reachability(tmp_path: Path, app: RecordingApp) -> None:
+    config = local_config(tmp_path, app.url)
+    config["app"]["api_token"] = "tok-SECRET-123"
+    good = cli("check", config=write_config(tmp_path, config))
+    assert good.returncode == 0, good.stderr
+    assert "tok-SECRET-123" not in good.stdout + good.stderr
+    assert json.loads(good.stdout)["app"]["api_token"] == "**********"
+    config["app"]["url"] = f"http://127.0.0.1:{free_port()}"
+    bad = cli("check", config=write_config(tmp_path, config, "down.yaml"))
+    assert bad.returncode == 1
+    assert "unreachable" in bad.stderr
+
+
+def test_requeue_moves_exactly_n_and_records_it(tmp_path: Path) -> None:
+    config = write_config(tmp_path, local_config(tmp_path, "http://127.0.0.1:1"))
+    publish(config, "dead", "poison", count=5, attributes={"dead_letter_reason": "x", "k": "v"})
+    result = cli("requeue", "--from", "dead", "--to", "low", "--limit", "3", config=config)
+    assert result.returncode == 0, result.stderr
+    assert "requeued 3 message(s)" in result.stdout
+    moved = queue_rows(tmp_path / "queues.db", "low")
+    assert len(moved) == 3
+    assert len(queue_rows(tmp_path / "queues.db", "dead")) == 2
+    assert all(r["attributes"] == {"k": "v", "requeued_from": "dead"} for r in moved)
+    assert all(r["attempts"] == 0 for r in moved)

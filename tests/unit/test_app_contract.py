@@ -1,0 +1,121 @@
+"""The app contract as pure functions: CloudEvent building and Dapr's response table."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from priority_pubsub.transforms.base import Payload
+from priority_pubsub.transforms.sns_envelope import SnsEnvelope
+
+from priority_pubsub.cloudevent import build_request, is_expired
+from priority_pubsub.forwarder import classify
+from priority_pubsub.message import Lease, Message
+from priority_pubsub.outcome import Kind
+
+SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples"
+FATAL = (400, 422)
+
+
+def message(body: bytes, attributes: dict[str, str] | None = None) -> Message:
+    return Message(id="m-1", queue="tasks-high", priority=0, body=body,
+                   attributes=attributes or {}, attempt=2, enqueued_ms=1_764_110_000_000,
+                   lease=Lease(token=None, deadline_ms=0))
+
+
+def request_for(body: bytes, **kwargs: object) -> tuple[dict[str, object], dict[str, str]]:
+    msg = message(body, kwargs.pop("attributes", None))  # type: ignore[arg-type]
+    payload = Payload(msg.body, dict(msg.attributes), kwargs.pop("content_type", None))  # type: ignore[arg-type]
+    request = build_request(msg, payload, delivery="cloudevent", api_token=str(kwargs.get("token", "")))
+    return json.loads(request.body), request.headers
+
+
+def test_dapr_cloudevent_is_forwarded_unchanged_plus_extensions() -> None:
+    original = json.loads((SAMPLES / "dapr-cloudevent.json").read_text())
+    event, headers = request_for(json.dumps(original).encode())
+    assert {k: v for k, v in event.items() if k not in ("priority", "queue", "attempt")} == original
+    assert (event["priority"], event["queue"], event["attempt"]) == (0, "tasks-high", 2)
+    assert headers["Content-Type"] == "application/cloudevents+json"
+    assert headers["traceparent"] == original["traceparent"]
+    assert "tracestate" not in headers  # empty in the sample: not sent
+
+
+def test_sns_envelope_sample_unwraps_to_the_published_cloudevent() -> None:
+    envelope = (SAMPLES / "snssqs-body.json").read_bytes()
+    payload = SnsEnvelope()(Payload(envelope))
+    original = json.loads((SAMPLES / "dapr-cloudevent.json").read_text())
+    assert json.loads(payload.body) == original
+    assert payload.attributes == {"customer-tier": "gold"}
+    event, headers = request_for(payload.body, attributes=payload.attributes)
+    assert event["id"] == original["id"]
+    assert headers["metadata.customer-tier"] == "gold"
+
+
+def test_json_body_is_wrapped_with_data() -> None:
+    event, headers = request_for(b'{"job": 1}', attributes={"tier": "gold", "bad name": "x"},
+                                 token="tok")
+    assert event["specversion"] == "1.0"
+    assert event["id"] == "m-1"
+    assert event["source"] == "priority-pubsub/tasks-high"
+    assert event["type"] == "com.priority-pubsub.message"
+    assert event["datacontenttype"] == "application/json"
+    assert event["data"] == {"job": 1}
+    assert event["time"] == "2025-11-25T22:33:20.000Z"
+    assert headers["dapr-api-token"] == "tok"
+    assert headers["metadata.tier"] == "gold"
+    assert not any("bad name" in name for name in headers)
+
+
+def test_binary_body_goes_as_data_base64_and_text_as_string() -> None:
+    event, _ = request_for(b"\x00\xffbinary")
+    assert base64.b64decode(event["data_base64"]) == b"\x00\xffbinary"  # type: ignore[arg-type]
+    assert event["datacontenttype"] == "application/octet-stream"
+    event, _ = request_for(b"hello", content_type="text/plain")
+    assert (event["data"], event["datacontenttype"]) == ("hello", "text/plain")
+
+
+def test_raw_delivery_sends_body_as_is() -> None:
+    msg = message(b"<xml/>")
+    request = build_request(msg, Payload(b"<xml/>", {}, "application/xml"), delivery="raw",
+                            api_token="")
+    assert request.body == b"<xml/>"
+    assert request.headers["Content-Type"] == "application/xml"
+
+
+def test_expiration() -> None:
+    now = datetime(2026, 11, 25, 12, tzinfo=UTC)
+    assert is_expired({"expiration": "2026-11-25T11:59:59Z"}, now)
+    assert not is_expired({"expiration": "2026-11-25T12:00:01Z"}, now)
+    assert not is_expired({"expiration": "not a date"}, now)
+    assert not is_expired({}, now)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind"),
+    [
+        (200, b"", Kind.ACK),
+        (204, b"", Kind.ACK),
+        (200, b"ok", Kind.ACK),
+        (200, b"[1, 2]", Kind.ACK),
+        (200, b'{"status": "SUCCESS"}', Kind.ACK),
+        (200, b'{"status": "success"}', Kind.ACK),
+        (200, b'{"other": 1}', Kind.ACK),
+        (200, b'{"status": "RETRY"}', Kind.RETRY),
+        (200, b'{"status": "LATER"}', Kind.RETRY),
+        (200, b'{"status": "DROP"}', Kind.DROP),
+        (404, b"", Kind.DROP),
+        (400, b"", Kind.DEAD),
+        (422, b'{"status": "SUCCESS"}', Kind.DEAD),
+        (500, b"", Kind.RETRY),
+        (503, b"", Kind.RETRY),
+        (301, b"", Kind.RETRY),
+        (401, b"", Kind.RETRY),
+    ],
+)
+def test_dapr_response_table(status: int, body: bytes, kind: Kind) -> None:
+    outcome = classify(status, body, FATAL)
+    assert outcome.kind is kind
+    assert outcome.http_status == status

@@ -1,0 +1,100 @@
+"""Config loading and validation: one line naming the key path, nothing silently fixed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from priority_pubsub.config import RetryConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+MINIMAL = "queues:\n  - {name: a}\n"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_repo_default_config_loads() -> None:
+    settings = load_config(ROOT / "config.yaml")
+    assert settings.driver.type == "local"
+    assert settings.queue_names == ("tasks-high", "tasks-normal", "tasks-low")
+    assert [q.weight for q in settings.queues] == [6, 3, 1]
+    assert settings.app.fatal_codes == (400, 422)
+
+
+def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRIORITY_PUBSUB_CONCURRENCY", "8")
+    monkeypatch.setenv("PRIORITY_PUBSUB_APP__URL", "http://10.0.0.1:9000/work")
+    monkeypatch.setenv("PRIORITY_PUBSUB_APP__API_TOKEN", "s3cret-token")
+    monkeypatch.setenv("PRIORITY_PUBSUB_CONFIG", "ignored-as-a-key")
+    settings = load_config(write(tmp_path, MINIMAL))
+    assert settings.concurrency == 8
+    assert settings.app.url == "http://10.0.0.1:9000/work"
+    assert settings.app.api_token.get_secret_value() == "s3cret-token"
+    assert "s3cret-token" not in repr(settings)
+    assert "s3cret-token" not in str(settings.model_dump(mode="json"))
+
+
+def test_config_path_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRIORITY_PUBSUB_CONFIG", str(write(tmp_path, MINIMAL)))
+    assert load_config().queue_names == ("a",)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (MINIMAL + "concurency: 4\n", "concurency: unknown key"),
+        (MINIMAL + "concurrency: 0\n", "concurrency: Input should be greater than or equal to 1"),
+        (MINIMAL + "concurrency: many\n", "concurrency: Input should be a valid integer"),
+        ("queues: []\n", "queues: Tuple should have at least 1 item"),
+        ("concurrency: 2\n", "queues: Field required"),
+        ("queues:\n  - {name: a, weight: -1}\n", "queues.0.weight: Input should be greater"),
+        ("queues:\n  - {name: a}\n  - {name: a}\n", "duplicate names ['a']"),
+        (MINIMAL + "scheduling: fair\n", "scheduling: Input should be 'strict' or 'weighted'"),
+        (MINIMAL + "driver: {type: kafka}\n", "driver.type: unknown driver 'kafka'"),
+        (MINIMAL + "driver: {type: local, pth: x}\n", "driver.pth: unknown key"),
+        (MINIMAL + "transforms: [gzip]\n", "transforms.0: unknown transform 'gzip'"),
+        (MINIMAL + "app: {url: ftp://x}\n", "app.url: must be an http:// or https:// URL"),
+        (MINIMAL + "app: {fatal_codes: [200]}\n", "app.fatal_codes: a 2xx code cannot be fatal"),
+        (MINIMAL + "retry: {initial_delay_s: 5, max_delay_s: 1}\n", "max_delay_s must be >="),
+        (MINIMAL + "dead_letter: {queue: a}\n", "must not be one of the consumed queues"),
+        ("queues: [\n", "cannot parse"),
+    ],
+)
+def test_invalid_config_is_one_line_naming_the_key(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    from priority_pubsub.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    message = str(caught.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    from priority_pubsub.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_bad_environment_override_names_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from priority_pubsub.errors import ConfigError
+
+    monkeypatch.setenv("PRIORITY_PUBSUB_LEASE__DURATION_S", "0")
+    with pytest.raises(ConfigError, match=r"^lease\.duration_s: "):
+        load_config(write(tmp_path, MINIMAL))
+
+
+@pytest.mark.parametrize(("attempt", "delay"), [(1, 1.0), (2, 2.0), (3, 4.0), (10, 30.0),
+                                                (10_000, 30.0)])
+def test_backoff_doubles_up_to_the_cap(attempt: int, delay: float) -> None:
+    assert RetryConfig(initial_delay_s=1, max_delay_s=30).delay_for(attempt) == delay
