@@ -26,10 +26,15 @@ def message(body: bytes, attributes: dict[str, str] | None = None) -> Message:
                    lease=Lease(token=None, deadline_ms=0))
 
 
-def request_for(body: bytes, **kwargs: object) -> tuple[dict[str, object], dict[str, str]]:
-    msg = message(body, kwargs.pop("attributes", None))  # type: ignore[arg-type]
-    payload = Payload(msg.body, dict(msg.attributes), kwargs.pop("content_type", None))  # type: ignore[arg-type]
-    request = build_request(msg, payload, delivery="cloudevent", api_token=str(kwargs.get("token", "")))
+def request_for(
+    body: bytes,
+    attributes: dict[str, str] | None = None,
+    content_type: str | None = None,
+    token: str = "",
+) -> tuple[dict[str, object], dict[str, str]]:
+    msg = message(body, attributes)
+    payload = Payload(msg.body, dict(msg.attributes), content_type)
+    request = build_request(msg, payload, delivery="cloudevent", api_token=token)
     return json.loads(request.body), request.headers
 
 
