@@ -440,6 +440,15 @@ class SqsDriver:
             "SendMessage", self._api.send, url, text, string_attributes(named)
         )
 
+    async def publish_via_sns(
+        self, topic_arn: str, body: bytes, attributes: Mapping[str, str] | None = None
+    ) -> str:
+        """``publish --via-sns TOPIC_ARN``: publish as Dapr's snssqs does (see ``sqs_sns``)."""
+        send = functools.partial(
+            publish_via_sns, region=self.options.region, endpoint_url=self.options.endpoint_url
+        )
+        return await self._call("SNS Publish", send, topic_arn, body, attributes)
+
     async def ping(self) -> None:
         first = self._url(self.context.queues[0])
         await self._call("GetQueueAttributes", self._api.attributes, first, ["QueueArn"])
