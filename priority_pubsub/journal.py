@@ -41,7 +41,7 @@ JOURNAL_FIELDS: tuple[JournalField, ...] = (
     JournalField("received_ms", "long", False, "epoch ms this attempt was leased"),
     JournalField("forwarded_ms", "long", True, "epoch ms the request to the app started"),
     JournalField("settled_ms", "long", False, "epoch ms the outcome was settled"),
-    JournalField("outcome", "string", False, "ack | retry | dead | drop"),
+    JournalField("outcome", "string", False, "ack, retry, dead or drop"),
     JournalField("http_status", "int", True, "the app's status code, null if none"),
     JournalField("reason", "string", True, "why it was retried, dropped or dead-lettered"),
     JournalField("bytes", "long", False, "body size in bytes as received"),
@@ -75,6 +75,14 @@ class JournalRecord:
 
 
 assert {f.name for f in JOURNAL_FIELDS} == set(JournalRecord.__dataclass_fields__)
+
+
+def schema_markdown() -> str:
+    """The schema as the README publishes it (a test keeps the README in step)."""
+    rows = ["| field | type | null | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{f.name}` | {f.type} | {'yes' if f.nullable else 'no'} | {f.doc} |"
+             for f in JOURNAL_FIELDS]
+    return "\n".join(rows)
 
 
 def read_journal_lines(path: Path) -> tuple[list[dict[str, object]], int]:
