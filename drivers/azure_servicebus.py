@@ -1,0 +1,475 @@
+"""The Azure Service Bus driver (``azure-servicebus`` aio, peek-lock).
+
+Verbs: receive = ``receive_messages`` in PEEK_LOCK with ``prefetch_count=0`` and
+``max_message_count`` = the free worker slots; ack = ``complete_message``; extend =
+``renew_message_lock``; dead_letter = ``dead_letter_message(reason, description)`` into the
+entity's native ``$DeadLetterQueue`` (so ``dead_letter_enabled`` is always true and
+``dead_letter.queue`` is not used). ``attempt`` = Service Bus's delivery count: the SDK reports
+the AMQP header's count of *earlier* failed deliveries (0 on the first delivery; Service Bus
+puts count-1 on the wire), so ``attempt = delivery_count + 1`` (plus the attempts carried by a
+scheduled retry copy, below). ``enqueued_ms`` = ``enqueued_time_utc``. Application properties
+become ``Message.attributes`` (as strings), hence ``metadata.*`` headers for the app.
+
+A queue ``name`` is a queue, ``topic/subscription``, or either followed by
+``/$DeadLetterQueue`` (to drain dead letters with ``requeue``). Authentication is
+``connection_string`` (a secret; ``PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING`` overrides it)
+or ``namespace`` with ``DefaultAzureCredential`` (workload identity, managed identity, CLI...).
+
+Retry with a delay. Service Bus has no delayed abandon, so ``retry(delay)`` is:
+
+- delay 0: ``abandon_message`` (delivery count +1, visible at once);
+- queues: send a copy scheduled at now+delay (``scheduled_enqueue_time_utc``), carrying the
+  attempts so far in the ``priority-pubsub-attempts`` application property and the original
+  enqueue time in ``priority-pubsub-enqueued-ms``, *then* complete the original. Copy first:
+  a crash or a lost lock in between duplicates the message (it is delivered again with the
+  same message id) instead of losing it. The copy keeps body, message id, content type,
+  correlation id, subject and application properties;
+- subscriptions: a copy sent to the topic would reach every subscription, so the driver keeps
+  the lock instead (renewing it) and abandons the message when the delay is over. If the
+  sidecar stops first, ``close`` abandons it at once; if it dies, the lock expires and Service
+  Bus redelivers it, also counted as an attempt.
+
+Leases. Service Bus locks for the entity's ``LockDuration`` and every renewal extends by that
+same duration, whatever the caller asks. When the sidecar's lease (``lease.duration_s``) is
+longer than the entity's lock, the driver renews in the background until the lease deadline,
+so the core's lease always means what it asked for; keep ``lease.duration_s`` at or below
+``LockDuration`` to make that unnecessary (one renewal per keeper tick, no more). A settle
+after the lock was lost raises ``LeaseLost`` (the SDK's ``MessageLockLostError``).
+
+Receiving and cancellation. One SDK receive runs per queue at a time, in a task the caller
+awaits but never cancels (cancelling the SDK mid-frame is unsafe): a cancelled or timed-out
+caller leaves it running, and what it brings back waits in a per-queue stash that the next
+``receive`` of that queue returns first (messages whose lock lapsed there come back from
+Service Bus with their delivery count raised; nothing is lost). ``wait_s == 0`` uses a short
+receive (``zero_wait_s``, 0.1 s by default): the SDK has no non-blocking receive, and a message
+that arrives after the call returned is released back by the SDK, not counted.
+
+Not provided: queue depth (the runtime counts live in Service Bus's HTTP management API,
+which needs Manage rights the sidecar should not hold), sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import structlog
+from priority_pubsub.drivers.base import DriverContext, DriverOptions
+from pydantic import Field, SecretStr, model_validator
+
+from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
+from priority_pubsub.message import Lease, Message, now_ms
+
+__all__ = ["ATTEMPTS_PROPERTY", "ENQUEUED_PROPERTY", "ServiceBusDriver", "ServiceBusOptions"]
+
+ATTEMPTS_PROPERTY = "priority-pubsub-attempts"
+"""Attempts consumed before a scheduled retry copy was sent (application property)."""
+ENQUEUED_PROPERTY = "priority-pubsub-enqueued-ms"
+"""The original enqueue time of a scheduled retry copy, epoch ms (application property)."""
+_INTERNAL = {ATTEMPTS_PROPERTY, ENQUEUED_PROPERTY}
+DLQ_SUFFIX = "/$deadletterqueue"
+_REASON_CHARS = 4096
+
+log = structlog.get_logger(__name__)
+
+
+class ServiceBusOptions(DriverOptions):
+    """The ``driver:`` keys for ``type: azure_servicebus``."""
+
+    connection_string: SecretStr | None = None
+    namespace: str | None = None
+    """Fully qualified namespace, e.g. ``myns.servicebus.windows.net`` (DefaultAzureCredential)."""
+    zero_wait_s: float = Field(default=0.1, gt=0, le=5)
+    """The receive time used for ``wait_s == 0`` (the SDK cannot poll without waiting)."""
+    max_wait_s: float = Field(default=20.0, gt=0, le=300)
+    """The longest single SDK receive."""
+    retry_total: int = Field(default=3, ge=0, le=10)
+    """The SDK's own retries per operation before the driver reports the error."""
+    renew_margin_s: float = Field(default=1.0, gt=0)
+    """Background renewals (lease longer than the lock) happen this long before the lock ends."""
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> ServiceBusOptions:
+        if (self.connection_string is None) == (self.namespace is None):
+            raise ValueError("set exactly one of driver.connection_string or driver.namespace")
+        return self
+
+
+@dataclass(eq=False)
+class SbLock:
+    """The lease token: the SDK message, the receiver holding it, and the lease goal."""
+
+    message: Any
+    receiver: Any
+    queue: str
+    lease_until_ms: int
+    lost: bool = False
+    abandon_at_ms: int | None = None
+    """For a delayed retry held on a subscription: abandon when this time comes."""
+
+
+def _ms(value: dt.datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _wrap(exc: Exception, action: str) -> DriverError:
+    """SDK exception -> the project's error hierarchy (retriable or not, by type)."""
+    from azure.servicebus import exceptions as sb
+
+    text = f"service bus {action}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, sb.MessageLockLostError | sb.MessageAlreadySettled):
+        return LeaseLost(text)
+    if isinstance(exc, sb.MessageSizeExceededError):
+        return MessageTooLarge(text)
+    if isinstance(
+        exc,
+        sb.ServiceBusConnectionError
+        | sb.ServiceBusCommunicationError
+        | sb.OperationTimeoutError
+        | sb.ServiceBusServerBusyError
+        | sb.ServiceBusQuotaExceededError
+        | asyncio.TimeoutError
+        | OSError,
+    ):
+        return DriverUnavailable(text)
+    if isinstance(
+        exc,
+        sb.MessagingEntityNotFoundError
+        | sb.MessagingEntityDisabledError
+        | sb.ServiceBusAuthenticationError
+        | sb.ServiceBusAuthorizationError,
+    ):
+        return DriverError(text, retriable=False)
+    if isinstance(exc, sb.ServiceBusError):
+        return DriverError(text, retriable=bool(getattr(exc, "_retryable", False)))
+    return DriverError(text)
+
+
+class ServiceBusDriver:
+    """Service Bus queues or subscriptions, one per priority; see the module docstring."""
+
+    name: ClassVar[str] = "azure_servicebus"
+    options_model: ClassVar[type[DriverOptions]] = ServiceBusOptions
+
+    def __init__(self, options: DriverOptions, context: DriverContext) -> None:
+        if not isinstance(options, ServiceBusOptions):
+            options = ServiceBusOptions.model_validate(options.model_dump())
+        self.options = options
+        self.context = context
+        self._client: Any = None
+        self._credential: Any = None
+        self._receivers: dict[str, Any] = {}
+        self._senders: dict[str, Any] = {}
+        self._inflight: dict[str, asyncio.Task[list[Any]]] = {}
+        self._stash: dict[str, list[Any]] = {}
+        self._held: set[SbLock] = set()
+        self._renewer: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        from azure.servicebus.aio import ServiceBusClient
+
+        opts = self.options
+        kwargs: dict[str, Any] = {"retry_total": opts.retry_total, "retry_backoff_factor": 0.5}
+        if opts.connection_string is not None:
+            self._client = ServiceBusClient.from_connection_string(
+                opts.connection_string.get_secret_value(), **kwargs
+            )
+        else:
+            from azure.identity.aio import DefaultAzureCredential
+
+            self._credential = DefaultAzureCredential()
+            self._client = ServiceBusClient(opts.namespace or "", self._credential, **kwargs)
+        try:
+            for queue in self.context.queues:
+                receiver = self._receiver(queue)
+                await asyncio.wait_for(receiver.__aenter__(), 30)
+        except Exception as exc:
+            await self.close()
+            raise _wrap(exc, "start") from exc
+        self._renewer = asyncio.create_task(self._renew_loop(), name="servicebus-renewer")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+        for lock in list(self._held):  # delayed retries held on a subscription go back now
+            if lock.abandon_at_ms is not None and not lock.lost:
+                with contextlib.suppress(Exception):
+                    await lock.receiver.abandon_message(lock.message)
+        self._held.clear()
+        for task in self._inflight.values():
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, self.options.max_wait_s + 5)
+        for queue, stash in self._stash.items():
+            receiver = self._receivers.get(queue)
+            for sdk_message in stash:
+                with contextlib.suppress(Exception):
+                    await receiver.abandon_message(sdk_message)
+        self._stash.clear()
+        handlers = [*self._receivers.values(), *self._senders.values()]
+        await asyncio.gather(*(h.close() for h in handlers), return_exceptions=True)
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+        if self._credential is not None:
+            with contextlib.suppress(Exception):
+                await self._credential.close()
+
+    @property
+    def dead_letter_enabled(self) -> bool:
+        return True
+
+    # -- entities --------------------------------------------------------------------------
+    def _receiver(self, queue: str) -> Any:
+        from azure.servicebus import ServiceBusReceiveMode, ServiceBusSubQueue
+
+        receiver = self._receivers.get(queue)
+        if receiver is not None:
+            return receiver
+        name = queue
+        sub_queue = None
+        if name.lower().endswith(DLQ_SUFFIX):
+            name, sub_queue = name[: -len(DLQ_SUFFIX)], ServiceBusSubQueue.DEAD_LETTER
+        kwargs: dict[str, Any] = {
+            "receive_mode": ServiceBusReceiveMode.PEEK_LOCK,
+            "prefetch_count": 0,
+            "sub_queue": sub_queue,
+        }
+        if "/" in name:
+            topic, subscription = name.split("/", 1)
+            receiver = self._client.get_subscription_receiver(topic, subscription, **kwargs)
+        else:
+            receiver = self._client.get_queue_receiver(name, **kwargs)
+        self._receivers[queue] = receiver
+        return receiver
+
+    def _sender(self, queue: str) -> Any:
+        """Sender for a queue, or for the topic of ``topic/subscription``."""
+        entity = queue.split("/", 1)[0]
+        sender = self._senders.get(entity)
+        if sender is None:
+            sender = self._client.get_queue_sender(entity) if "/" not in queue else (
+                self._client.get_topic_sender(entity)
+            )
+            self._senders[entity] = sender
+        return sender
+
+    # -- receive ---------------------------------------------------------------------------
+    async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
+        if max_messages <= 0:
+            return []
+        got = self._take_stash(queue, max_messages)
+        if got:
+            return [self._convert(queue, m) for m in got]
+        task = self._inflight.get(queue)
+        if task is None:
+            sdk_wait = self.options.zero_wait_s if wait_s <= 0 else min(wait_s, self.options.max_wait_s)
+            task = asyncio.create_task(self._sdk_receive(queue, max_messages, sdk_wait))
+            self._inflight[queue] = task
+            task.add_done_callback(lambda done: self._landed(queue, done))
+        timeout = (self.options.zero_wait_s if wait_s <= 0 else wait_s) + 2.0
+        await asyncio.wait({task}, timeout=timeout)  # never cancels the SDK call
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            assert isinstance(exc, Exception)
+            raise _wrap(exc, f"receive from {queue}") from exc
+        return [self._convert(queue, m) for m in self._take_stash(queue, max_messages)]
+
+    async def _sdk_receive(self, queue: str, max_messages: int, wait_s: float) -> list[Any]:
+        receiver = self._receiver(queue)
+        result: list[Any] = await receiver.receive_messages(
+            max_message_count=max_messages, max_wait_time=wait_s
+        )
+        return result
+
+    def _landed(self, queue: str, task: asyncio.Task[list[Any]]) -> None:
+        if self._inflight.get(queue) is task:
+            del self._inflight[queue]
+        if task.cancelled():
+            return
+        if task.exception() is None:
+            self._stash.setdefault(queue, []).extend(task.result())
+        else:
+            log.warning("servicebus_receive_failed", queue=queue, error=str(task.exception()))
+
+    def _take_stash(self, queue: str, max_messages: int) -> list[Any]:
+        stash = self._stash.get(queue, [])
+        now = now_ms()
+        fresh = [m for m in stash if (_ms(m.locked_until_utc) or 0) > now + 500]
+        taken, self._stash[queue] = fresh[:max_messages], fresh[max_messages:]
+        return taken
+
+    def _convert(self, queue: str, sdk_message: Any) -> Message:
+        props = {
+            _text(k): _text(v) for k, v in (sdk_message.application_properties or {}).items()
+        }
+        carried = int(props.get(ATTEMPTS_PROPERTY, "0") or 0)
+        enqueued = props.get(ENQUEUED_PROPERTY)
+        locked_until = _ms(sdk_message.locked_until_utc) or now_ms()
+        lease_ms = now_ms() + int(self.context.lease_duration_s * 1000)
+        lock = SbLock(sdk_message, self._receiver(queue), queue, max(lease_ms, locked_until))
+        self._held.add(lock)
+        content_type = sdk_message.content_type
+        return Message(
+            id=str(sdk_message.message_id or sdk_message.sequence_number),
+            queue=queue,
+            priority=self.context.priority_of(queue),
+            body=b"".join(sdk_message.body) if not isinstance(sdk_message.body, bytes)
+            else sdk_message.body,
+            attributes={k: v for k, v in props.items() if k not in _INTERNAL},
+            attempt=carried + (sdk_message.delivery_count or 0) + 1,
+            enqueued_ms=int(enqueued) if enqueued else (_ms(sdk_message.enqueued_time_utc) or 0),
+            lease=Lease(token=lock, deadline_ms=lock.lease_until_ms),
+            content_type=_text(content_type) if content_type else None,
+        )
+
+    # -- settle ----------------------------------------------------------------------------
+    def _lock(self, message: Message) -> SbLock:
+        lock = message.lease.token
+        if not isinstance(lock, SbLock):
+            raise DriverError(f"message {message.id} was not received by this driver")
+        if lock.lost:
+            raise LeaseLost(f"lock on message {message.id} was lost")
+        return lock
+
+    async def _settle(self, message: Message, action: str, **kwargs: Any) -> None:
+        lock = self._lock(message)
+        self._held.discard(lock)
+        try:
+            await getattr(lock.receiver, action)(lock.message, **kwargs)
+        except Exception as exc:
+            raise _wrap(exc, f"{action} {message.id}") from exc
+
+    async def ack(self, message: Message) -> None:
+        await self._settle(message, "complete_message")
+
+    async def dead_letter(self, message: Message, reason: str) -> None:
+        await self._settle(
+            message,
+            "dead_letter_message",
+            reason=reason[:_REASON_CHARS],
+            error_description=f"priority-pubsub: {reason}"[:_REASON_CHARS],
+        )
+
+    async def retry(self, message: Message, delay_s: float) -> None:
+        if delay_s <= 0:
+            await self._settle(message, "abandon_message")
+            return
+        lock = self._lock(message)
+        if "/" in lock.queue.removesuffix(DLQ_SUFFIX) and not lock.queue.lower().endswith(DLQ_SUFFIX):
+            lock.abandon_at_ms = now_ms() + int(delay_s * 1000)
+            lock.lease_until_ms = lock.abandon_at_ms
+            self._held.add(lock)
+            return
+        if lock.queue.lower().endswith(DLQ_SUFFIX):  # cannot send to a DLQ: plain abandon
+            await self._settle(message, "abandon_message")
+            return
+        if (_ms(lock.message.locked_until_utc) or 0) <= now_ms():
+            raise LeaseLost(f"lock on message {message.id} expired before the retry")
+        copy = self._copy(message, lock.message, delay_s)
+        try:
+            await self._sender(lock.queue).send_messages(copy)
+        except Exception as exc:
+            raise _wrap(exc, f"schedule retry copy of {message.id}") from exc
+        await self._settle(message, "complete_message")
+
+    def _copy(self, message: Message, original: Any, delay_s: float) -> Any:
+        from azure.servicebus import ServiceBusMessage
+
+        props: dict[str | bytes, Any] = {
+            k: v for k, v in message.attributes.items() if k not in _INTERNAL
+        }
+        props[ATTEMPTS_PROPERTY] = str(message.attempt)
+        props[ENQUEUED_PROPERTY] = str(message.enqueued_ms)
+        return ServiceBusMessage(
+            message.body,
+            application_properties=props,
+            message_id=str(original.message_id) if original.message_id else None,
+            content_type=message.content_type,
+            correlation_id=original.correlation_id,
+            subject=original.subject,
+            scheduled_enqueue_time_utc=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay_s),
+        )
+
+    async def extend(self, message: Message, duration_s: float) -> None:
+        lock = self._lock(message)
+        try:
+            until = await lock.receiver.renew_message_lock(lock.message)
+        except Exception as exc:
+            lock.lost = True
+            self._held.discard(lock)
+            raise _wrap(exc, f"renew lock of {message.id}") from exc
+        lock.lease_until_ms = max(_ms(until) or 0, now_ms() + int(duration_s * 1000))
+        self._held.add(lock)
+        message.lease.deadline_ms = lock.lease_until_ms
+
+    async def _renew_loop(self) -> None:
+        """Keep locks alive up to each lease goal; abandon held retries when due."""
+        while True:
+            await asyncio.sleep(0.2)
+            now = now_ms()
+            for lock in list(self._held):
+                if lock not in self._held:
+                    continue
+                if lock.abandon_at_ms is not None and lock.abandon_at_ms <= now:
+                    self._held.discard(lock)
+                    with contextlib.suppress(Exception):
+                        await lock.receiver.abandon_message(lock.message)
+                    continue
+                locked_until = _ms(lock.message.locked_until_utc) or 0
+                if lock.lease_until_ms <= now:
+                    self._held.discard(lock)  # lease over: Service Bus takes it back at expiry
+                elif locked_until < lock.lease_until_ms and (
+                    locked_until - now <= self.options.renew_margin_s * 1000
+                ):
+                    try:
+                        await lock.receiver.renew_message_lock(lock.message)
+                    except Exception as exc:
+                        lock.lost = True
+                        self._held.discard(lock)
+                        log.warning("servicebus_renew_failed", error=str(exc))
+
+    # -- optional abilities ----------------------------------------------------------------
+    async def publish(
+        self,
+        queue: str,
+        body: bytes,
+        attributes: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> str:
+        from azure.servicebus import ServiceBusMessage
+
+        message_id = str(uuid.uuid4())
+        message = ServiceBusMessage(
+            body,
+            application_properties=dict(attributes or {}),
+            content_type=content_type,
+            message_id=message_id,
+        )
+        try:
+            await self._sender(queue).send_messages(message)
+        except Exception as exc:
+            raise _wrap(exc, f"send to {queue}") from exc
+        return message_id
+
+    async def ping(self) -> None:
+        queue = self.context.queues[0]
+        try:
+            await self._receiver(queue).peek_messages(max_message_count=1)
+        except Exception as exc:
+            raise DriverUnavailable(f"service bus ping: {type(exc).__name__}: {exc}") from exc

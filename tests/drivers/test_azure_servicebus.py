@@ -1,0 +1,320 @@
+"""The Service Bus driver through the real azure-servicebus SDK against the test broker.
+
+The broker (``tests/support/servicebus_broker.py``) speaks AMQP 1.0 on 127.0.0.1 the way
+Service Bus does for the SDK; see its docstring for what it does and does not implement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus.aio import ServiceBusClient
+from pydantic import ValidationError
+
+from priority_pubsub.drivers.azure_servicebus import (
+    ATTEMPTS_PROPERTY,
+    ServiceBusDriver,
+    ServiceBusOptions,
+)
+from priority_pubsub.drivers.base import DriverContext, Pinger, Publisher
+from priority_pubsub.errors import DriverError, LeaseLost
+from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
+from tests.support.servicebus_broker import ServiceBusBroker
+
+pytestmark = pytest.mark.azure
+
+LEASE_S = 2.0
+
+
+@pytest.fixture(scope="session")
+def servicebus_broker() -> Iterator[ServiceBusBroker]:
+    try:
+        broker = ServiceBusBroker().start()
+    except Exception as exc:  # pragma: no cover - only when proton cannot listen
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"Service Bus test broker cannot start: {exc}")
+    yield broker
+    broker.stop()
+    assert broker.error is None, broker.error
+
+
+@dataclass
+class Bus:
+    """Fresh, uniquely named queues on the broker and the drivers made for them."""
+
+    broker: ServiceBusBroker
+    client: ServiceBusClient
+    prefix: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:8]}")
+    made: list[ServiceBusDriver] = field(default_factory=list)
+    senders: dict[str, Any] = field(default_factory=dict)
+
+    def queue(self, suffix: str, lock_s: float = LEASE_S, max_delivery_count: int = 10) -> str:
+        name = f"{self.prefix}-{suffix}"
+        self.broker.create_queue(
+            name, lock_duration_s=lock_s, max_delivery_count=max_delivery_count
+        )
+        return name
+
+    async def driver(
+        self, queues: tuple[str, ...], lease_s: float = LEASE_S, **options: Any
+    ) -> ServiceBusDriver:
+        settings = ServiceBusOptions(connection_string=self.broker.connection_string, **options)
+        context = DriverContext(queues=queues, dead_letter_queue=None, lease_duration_s=lease_s)
+        driver = ServiceBusDriver(settings, context)
+        await driver.start()
+        self.made.append(driver)
+        return driver
+
+    async def send(self, queue: str, body: bytes, attributes: dict[str, str] | None = None) -> None:
+        sender = self.senders.get(queue)
+        if sender is None:  # opening a link costs a CBS round trip: keep one per queue
+            sender = self.senders[queue] = self.client.get_queue_sender(queue)
+        await sender.send_messages(
+            ServiceBusMessage(body, application_properties=dict(attributes or {}))
+        )
+
+    async def dead_letters(self, queue: str) -> list[DeadLetter]:
+        found: list[DeadLetter] = []
+        async with self.client.get_queue_receiver(
+            queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER, prefetch_count=0
+        ) as receiver:
+            while True:
+                batch = await receiver.receive_messages(max_message_count=10, max_wait_time=0.5)
+                if not batch:
+                    return found
+                for message in batch:
+                    props = {
+                        (k.decode() if isinstance(k, bytes) else k): (
+                            v.decode() if isinstance(v, bytes) else str(v)
+                        )
+                        for k, v in (message.application_properties or {}).items()
+                    }
+                    found.append(DeadLetter(b"".join(message.body), props, message.dead_letter_reason))
+                    await receiver.complete_message(message)
+
+
+@pytest.fixture
+async def bus(servicebus_broker: ServiceBusBroker) -> AsyncIterator[Bus]:
+    async with ServiceBusClient.from_connection_string(
+        servicebus_broker.connection_string
+    ) as client:
+        found = Bus(servicebus_broker, client)
+        yield found
+        await asyncio.gather(*(driver.close() for driver in found.made))
+        await asyncio.gather(*(sender.close() for sender in found.senders.values()))
+
+
+@pytest.fixture
+async def harness(bus: Bus) -> DriverHarness:
+    queues = (bus.queue("high"), bus.queue("normal"), bus.queue("low"))
+
+    async def make_driver(lease_s: float) -> ServiceBusDriver:
+        return await bus.driver(queues, lease_s)
+
+    async def publish(queue: str, body: bytes, attributes: dict[str, str]) -> None:
+        await bus.send(queue, body, attributes)
+
+    async def dead_letters() -> list[DeadLetter]:
+        return await bus.dead_letters(queues[0])
+
+    return DriverHarness(
+        queues=queues,
+        dead_letter_queue=f"{queues[0]}/$DeadLetterQueue",
+        make_driver=make_driver,
+        publish=publish,
+        dead_letters=dead_letters,
+        lease_s=LEASE_S,
+        settle_s=0.5,
+    )
+
+
+class TestServiceBusConformance(DriverConformance):
+    """The shared suite, unchanged."""
+
+
+# -- Service Bus specifics ------------------------------------------------------------------
+
+
+async def test_retry_with_delay_schedules_a_copy_then_completes(bus: Bus) -> None:
+    queue = bus.queue("delay")
+    driver = await bus.driver((queue,), lease_s=10)
+    await bus.send(queue, b"job", {"k": "v"})
+    [first] = await receive_all(driver, queue, 1)
+    await driver.retry(first, 1.5)
+    counts = bus.broker.counts(queue)
+    assert (counts.active, counts.locked, counts.scheduled) == (0, 0, 1)
+    [second] = await receive_all(driver, queue, 1, timeout_s=8)
+    assert second.id == first.id  # same message id: the app sees one CloudEvent id
+    assert second.attempt == 2
+    assert second.enqueued_ms == first.enqueued_ms
+    assert second.attributes == {"k": "v"}  # carried count stays internal
+    await driver.retry(second, 0.2)
+    [third] = await receive_all(driver, queue, 1, timeout_s=8)
+    assert third.attempt == 3
+    await driver.ack(third)
+    assert bus.broker.counts(queue).active == 0
+
+
+async def test_retry_copy_goes_first_so_a_lost_lock_duplicates_not_loses(bus: Bus) -> None:
+    queue = bus.queue("lost", lock_s=1.0)
+    driver = await bus.driver((queue,), lease_s=1.0)
+    await bus.send(queue, b"job")
+    [message] = await receive_all(driver, queue, 1)
+    # Simulate the broker dropping the lock between the copy and the complete.
+    token = message.lease.token.message.lock_token
+    entity = bus.broker.entity(queue)
+    with bus.broker._lock:
+        entity.locks[token].locked_until_ms = 0
+    # the driver's own view still says the lock is valid, so it sends the copy first
+    message.lease.token.message._expiry = None
+    with pytest.raises(LeaseLost):
+        await driver.retry(message, 0.3)
+    await asyncio.sleep(0.5)
+    got = await receive_all(driver, queue, 2, timeout_s=6)
+    assert sorted(m.body for m in got) == [b"job", b"job"]  # duplicated, never lost
+    for m in got:
+        await driver.ack(m)
+
+
+async def test_lock_renewal_keeps_a_task_three_lock_durations(bus: Bus) -> None:
+    queue = bus.queue("long", lock_s=1.0)
+    holder = await bus.driver((queue,), lease_s=1.0)
+    other = await bus.driver((queue,), lease_s=1.0)
+    await bus.send(queue, b"long")
+    [message] = await receive_all(holder, queue, 1)
+    started = time.monotonic()
+    while time.monotonic() - started < 3.2:
+        await asyncio.sleep(0.3)
+        await holder.extend(message, 1.0)
+        assert message.lease.deadline_ms > time.time_ns() // 1_000_000
+        assert await other.receive(queue, 1, 0) == []
+    await holder.ack(message)
+    assert bus.broker.counts(queue).active == 0
+
+
+async def test_lease_longer_than_lock_is_renewed_in_background(bus: Bus) -> None:
+    queue = bus.queue("bg", lock_s=1.0)
+    holder = await bus.driver((queue,), lease_s=4.0)
+    other = await bus.driver((queue,), lease_s=1.0)
+    await bus.send(queue, b"bg")
+    [message] = await receive_all(holder, queue, 1)
+    await asyncio.sleep(3.0)  # three lock durations, no explicit extend
+    assert await other.receive(queue, 1, 0) == []
+    await holder.ack(message)
+
+
+async def test_extend_after_lock_lost_raises_lease_lost(bus: Bus) -> None:
+    queue = bus.queue("gone", lock_s=0.5)
+    driver = await bus.driver((queue,), lease_s=0.5)
+    await bus.send(queue, b"gone")
+    [message] = await receive_all(driver, queue, 1)
+    await asyncio.sleep(1.0)
+    with pytest.raises(LeaseLost):
+        await driver.extend(message, 1.0)
+
+
+async def test_abandon_counts_and_max_delivery_count_dead_letters(bus: Bus) -> None:
+    queue = bus.queue("max", max_delivery_count=2)
+    driver = await bus.driver((queue,), lease_s=5)
+    await bus.send(queue, b"poison")
+    [first] = await receive_all(driver, queue, 1)
+    await driver.retry(first, 0)
+    [second] = await receive_all(driver, queue, 1)
+    assert second.attempt == 2
+    await driver.retry(second, 0)
+    assert await driver.receive(queue, 1, 0.3) == []
+    [letter] = await bus.dead_letters(queue)
+    assert letter.reason == "MaxDeliveryCountExceeded"
+
+
+async def test_dead_letter_queue_can_be_drained_by_name(bus: Bus) -> None:
+    queue = bus.queue("dlqname")
+    driver = await bus.driver((queue, f"{queue}/$DeadLetterQueue"), lease_s=5)
+    await bus.send(queue, b"x", {"a": "1"})
+    [message] = await receive_all(driver, queue, 1)
+    await driver.dead_letter(message, "fatal status 400")
+    [dead] = await receive_all(driver, f"{queue}/$DeadLetterQueue", 1)
+    assert dead.body == b"x"
+    assert dead.attributes["DeadLetterReason"] == "fatal status 400"
+    assert dead.priority == 1
+    await driver.ack(dead)
+
+
+async def test_publish_ping_and_attributes_roundtrip(bus: Bus) -> None:
+    queue = bus.queue("pub")
+    driver = await bus.driver((queue,))
+    assert isinstance(driver, Publisher)
+    assert isinstance(driver, Pinger)
+    await driver.ping()
+    message_id = await driver.publish(queue, b'{"a":1}', {"tier": "gold"}, "application/json")
+    [message] = await receive_all(driver, queue, 1)
+    assert message.id == message_id
+    assert message.attributes == {"tier": "gold"}
+    assert message.content_type == "application/json"
+    assert ATTEMPTS_PROPERTY not in message.attributes
+    await driver.ack(message)
+
+
+async def test_topic_subscription_receive_and_held_retry(bus: Bus) -> None:
+    topic = f"{bus.prefix}-topic"
+    bus.broker.create_topic(topic)
+    bus.broker.create_subscription(topic, "a", lock_duration_s=1.0)
+    bus.broker.create_subscription(topic, "b", lock_duration_s=1.0)
+    queue = f"{topic}/a"
+    driver = await bus.driver((queue,), lease_s=1.0)
+    await driver.publish(queue, b"fan")
+    [message] = await receive_all(driver, queue, 1)
+    returned = time.monotonic()
+    await driver.retry(message, 2.5)  # held past two lock durations, then abandoned
+    assert await driver.receive(queue, 1, 1.0) == []
+    [again] = await receive_all(driver, queue, 1, timeout_s=6)
+    assert time.monotonic() - returned >= 2.3
+    assert again.attempt == 2
+    await driver.ack(again)
+    assert bus.broker.counts(f"{topic}/subscriptions/b").active == 1  # no copy reached b
+
+
+async def test_close_abandons_held_retries_at_once(bus: Bus) -> None:
+    topic = f"{bus.prefix}-t2"
+    bus.broker.create_topic(topic)
+    bus.broker.create_subscription(topic, "s", lock_duration_s=30.0)
+    queue = f"{topic}/s"
+    driver = await bus.driver((queue,), lease_s=30.0)
+    await driver.publish(queue, b"held")
+    [message] = await receive_all(driver, queue, 1)
+    await driver.retry(message, 60)
+    await driver.close()
+    assert bus.broker.counts(f"{topic}/subscriptions/s").active == 1
+
+
+async def test_unknown_queue_fails_start_and_bad_key_is_refused(
+    bus: Bus, servicebus_broker: ServiceBusBroker
+) -> None:
+    with pytest.raises(DriverError):
+        await bus.driver(("no-such-queue",), retry_total=0)
+    queue = bus.queue("auth")
+    bad = servicebus_broker.connection_string.replace(servicebus_broker.key, "d3Jvbmc=")
+    driver = ServiceBusDriver(
+        ServiceBusOptions(connection_string=bad, retry_total=0),
+        DriverContext(queues=(queue,)),
+    )
+    with pytest.raises(DriverError):
+        await driver.start()
+
+
+def test_options_need_exactly_one_credential() -> None:
+    with pytest.raises(ValidationError):
+        ServiceBusOptions()
+    with pytest.raises(ValidationError):
+        ServiceBusOptions(connection_string="x", namespace="y.servicebus.windows.net")
+    options = ServiceBusOptions(connection_string="Endpoint=sb://secret")
+    assert "secret" not in repr(options)
