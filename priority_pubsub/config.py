@@ -115,6 +115,10 @@ class ShutdownConfig(_Strict):
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=9464, ge=0, le=65535)
+    depth_interval_s: float = Field(default=15, gt=0)
+    """How often queue depth is refreshed for ``priority_pubsub_queue_depth``."""
+    stall_after_s: float = Field(default=10, gt=0)
+    """Event-loop lag after which ``/healthz`` reports the loop as stuck."""
 
 
 class JournalConfig(_Strict):

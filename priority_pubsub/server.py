@@ -41,6 +41,8 @@ class OpsServer:
             self._runner = None
 
     async def _healthz(self, _: web.Request) -> web.Response:
+        if self._sidecar.watchdog.stalled:
+            return web.json_response({"status": "event loop stalled"}, status=503)
         return web.json_response({"status": "alive"})
 
     async def _readyz(self, _: web.Request) -> web.Response:

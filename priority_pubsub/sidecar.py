@@ -14,7 +14,7 @@ import signal
 
 from priority_pubsub.config import Settings
 from priority_pubsub.dispatcher import Dispatcher
-from priority_pubsub.drivers.base import Driver, DriverContext, Pinger
+from priority_pubsub.drivers.base import DepthReporter, Driver, DriverContext, Pinger
 from priority_pubsub.errors import DriverError
 from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.journal import JournalWriter
@@ -23,6 +23,7 @@ from priority_pubsub.message import Message
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.plugins import driver_class
 from priority_pubsub.server import OpsServer
+from priority_pubsub.watchdog import LoopWatchdog
 from priority_pubsub.worker import Worker
 
 log = get_logger(__name__)
@@ -54,6 +55,7 @@ class Sidecar:
         self.dispatcher = Dispatcher(settings, self.driver, self.metrics, rng)
         self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal)
         self.server = OpsServer(self)
+        self.watchdog = LoopWatchdog(settings.server.stall_after_s)
         self.connected = False
         self.draining = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -88,19 +90,22 @@ class Sidecar:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
+        await self.watchdog.start()
         await self.server.start()
         await self.forwarder.start()
         if self.journal:
             self.journal.start()
         try:
             receiving = asyncio.create_task(self._receive_loop(), name="receive-loop")
+            depth = asyncio.create_task(self._refresh_depth(), name="depth-refresh")
             stop = asyncio.create_task(self._stop.wait())
             await asyncio.wait({receiving, stop}, return_when=asyncio.FIRST_COMPLETED)
             self.draining = True
-            receiving.cancel()
+            for task in (receiving, depth, stop):
+                task.cancel()
+            await asyncio.gather(depth, stop, return_exceptions=True)
             with contextlib.suppress(asyncio.CancelledError):
                 await receiving
-            stop.cancel()
             await self._drain()
         finally:
             await self._close()
@@ -141,6 +146,22 @@ class Sidecar:
             for message in messages:
                 self._start_task(message)
 
+    async def _refresh_depth(self) -> None:
+        """Keep ``priority_pubsub_queue_depth`` current (what KEDA/HPA scale on)."""
+        if not isinstance(self.driver, DepthReporter):
+            return
+        while True:
+            if self.connected:
+                for name in self.settings.queue_names:
+                    try:
+                        depth = await self.driver.depth(name)
+                    except DriverError as exc:
+                        log.debug("depth refresh failed", queue=name, error=str(exc))
+                        continue
+                    if depth.visible is not None:
+                        self.metrics.queue_depth.labels(name).set(depth.visible)
+            await asyncio.sleep(self.settings.server.depth_interval_s)
+
     def _start_task(self, message: Message) -> None:
         priority = str(message.priority)
         self.metrics.received.labels(message.queue, priority).inc()
@@ -177,4 +198,5 @@ class Sidecar:
         await self.forwarder.close()
         await self.driver.close()
         await self.server.stop()
+        await self.watchdog.stop()
         log.info("stopped")
