@@ -89,7 +89,9 @@ class LocalDriver:
             self._db.start(asyncio.get_running_loop())
             await self._db.call(lambda conn: conn.executescript(_SCHEMA), write=False)
         except (sqlite3.Error, OSError) as exc:
-            raise DriverUnavailable(f"cannot open local queue file {self.options.path}: {exc}") from exc
+            raise DriverUnavailable(
+                f"cannot open local queue file {self.options.path}: {exc}"
+            ) from exc
         self._started = True
 
     async def close(self) -> None:
@@ -136,7 +138,8 @@ class LocalDriver:
             next_due = None
             if not rows:
                 next_due = conn.execute(
-                    "SELECT min(visible_at_ms) FROM messages WHERE queue = ? AND lease_token IS NULL",
+                    "SELECT min(visible_at_ms) FROM messages "
+                    "WHERE queue = ? AND lease_token IS NULL",
                     (queue,),
                 ).fetchone()[0]
             return rows, next_due, now
@@ -156,14 +159,16 @@ class LocalDriver:
         if future.cancelled() or future.exception() is not None:
             return
         rows, _next_due, _claimed = future.result()
-        for row in rows:
-            seq = row[0]
-            self._db.submit(
-                _guard(lambda conn, seq=seq: conn.execute(
-                    "UPDATE messages SET visible_at_ms = ?, lease_token = NULL, "
-                    "attempts = max(attempts - 1, 0) WHERE seq = ?", (now_ms(), seq))),
-                write=True,
+        seqs = [row[0] for row in rows]
+
+        def release(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "UPDATE messages SET visible_at_ms = ?, lease_token = NULL, "
+                "attempts = max(attempts - 1, 0) WHERE seq = ?",
+                [(now_ms(), seq) for seq in seqs],
             )
+
+        self._db.submit(_guard(release), write=True)
         self._notify()
 
     def _to_message(

@@ -10,6 +10,7 @@ loop in a single ``call_soon_threadsafe``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import sqlite3
 import threading
@@ -145,10 +146,9 @@ class SqliteWorker:
 
     def _deliver(self, results: list[tuple[_Request, Any, BaseException | None]]) -> None:
         assert self._loop is not None
-        try:
+        # The loop may be closed during shutdown: nobody is waiting any more then.
+        with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(_settle_futures, results)
-        except RuntimeError:  # loop closed during shutdown: nobody is waiting any more
-            pass
 
 
 def _settle_futures(results: list[tuple[_Request, Any, BaseException | None]]) -> None:

@@ -25,7 +25,7 @@ class SnsEnvelope:
         document = _parse_json(payload.body)
         if isinstance(document, dict) and document.get("Type") == "Notification":
             return _unwrap(document, payload)
-        if isinstance(document, dict) and _CLOUDEVENT_KEYS <= document.keys():
+        if isinstance(document, dict) and document.keys() >= _CLOUDEVENT_KEYS:
             return payload  # raw message delivery: already the published CloudEvent
         raise TransformError(
             "body is neither an SNS Notification envelope nor a CloudEvent (raw delivery)"
