@@ -375,8 +375,8 @@ class PubSubDriver:
 
     async def depth(self, queue: str) -> QueueDepth:
         """Unknown: backlog sizes live in Cloud Monitoring, not the Pub/Sub API (nor the
-        emulator). ``num_undelivered_messages`` there is the number to watch."""
-        self._subscription(queue)
+        emulator). ``num_undelivered_messages`` there is the number to watch. Any name is
+        accepted (``stats`` also asks about the dead-letter topic)."""
         return QueueDepth(visible=None, in_flight=None, oldest_age_s=None, delayed=None)
 
     async def ping(self) -> None:

@@ -265,8 +265,9 @@ async def test_ping_depth_and_unknown_queue(topology: Topology) -> None:
     assert isinstance(driver, Pinger)
     assert isinstance(driver, DepthReporter)
     await driver.ping()
-    depth = await driver.depth(topology.queues[0])
-    assert (depth.visible, depth.in_flight, depth.oldest_age_s) == (None, None, None)
+    for name in (topology.queues[0], topology.dead):
+        depth = await driver.depth(name)
+        assert (depth.visible, depth.in_flight, depth.oldest_age_s) == (None, None, None)
     with pytest.raises(DriverError, match="not a configured queue"):
         await driver.receive("nope", 1, 0)
 
