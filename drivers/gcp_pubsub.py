@@ -52,6 +52,8 @@ from google.api_core.client_options import ClientOptions
 from google.auth import exceptions as auth_exceptions
 from google.pubsub_v1 import PublisherAsyncClient, SubscriberAsyncClient
 from google.pubsub_v1.types import PubsubMessage, PullRequest, PullResponse, ReceivedMessage
+from pydantic import Field
+
 from priority_pubsub.drivers.base import DriverContext, DriverOptions, QueueDepth
 from priority_pubsub.drivers.gcp_names import (
     driver_error,
@@ -59,8 +61,6 @@ from priority_pubsub.drivers.gcp_names import (
     resource_path,
     settle_error,
 )
-from pydantic import Field
-
 from priority_pubsub.errors import ConfigError, DriverError, LeaseLost, MessageTooLarge
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Lease, Message, now_ms

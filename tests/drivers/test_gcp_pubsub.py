@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+
 from priority_pubsub.drivers.base import DepthReporter, DriverContext, Pinger, Publisher
 from priority_pubsub.drivers.gcp_names import resource_path
 from priority_pubsub.drivers.gcp_pubsub import (
@@ -19,7 +20,6 @@ from priority_pubsub.drivers.gcp_pubsub import (
     PubSubDriver,
     PubSubOptions,
 )
-
 from priority_pubsub.errors import (
     ConfigError,
     DriverError,
