@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.helm.manifests import CHART, Doc, parse_docs, run, unavailable
-from tests.helm.tools import ToolUnavailable, Tools, ensure_tools
+from tests.helm.tools import Tools, ToolUnavailable, ensure_tools
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ K8S_VERSIONS = ("1.30.0", "1.35.0")
 CUSTOM_KINDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("keda.sh/v1alpha1", "ScaledObject"),
+    ("keda.sh/v1alpha1", "TriggerAuthentication"),
     ("sparkoperator.k8s.io/v1beta2", "SparkApplication"),
 }
 SIDECAR = "priority-pubsub"
@@ -82,10 +83,15 @@ def check_custom_resource(doc: Doc) -> None:
     elif kind == "ServiceMonitor":
         assert spec["selector"]["matchLabels"]
         for endpoint in spec["endpoints"]:
-            assert endpoint["port"] and endpoint["path"] == "/metrics"
+            assert endpoint["port"]
+            assert endpoint["path"] == "/metrics"
+    elif kind == "TriggerAuthentication":
+        assert spec.get("podIdentity", {}).get("provider") or spec.get("secretTargetRef"), spec
     elif kind == "SparkApplication":
-        assert spec["type"] == "Python" and spec["mainApplicationFile"]
-        assert spec["driver"]["serviceAccount"] and spec["executor"]["instances"] >= 1
+        assert spec["type"] == "Python"
+        assert spec["mainApplicationFile"]
+        assert spec["driver"]["serviceAccount"]
+        assert spec["executor"]["instances"] >= 1
 
 
 def validate_all(docs: Iterable[Doc]) -> None:
@@ -108,16 +114,14 @@ def one(docs: Iterable[Doc], kind: str) -> Doc:
 
 def sidecar_container(pod_spec: Doc) -> Doc:
     """The sidecar, wherever it runs: a container, or a native sidecar init container."""
-    candidates = [
-        c for c in pod_spec.get("containers", []) + pod_spec.get("initContainers", [])
-        if c["name"] == SIDECAR
-    ]
+    containers: list[Doc] = pod_spec.get("containers", []) + pod_spec.get("initContainers", [])
+    candidates = [c for c in containers if c["name"] == SIDECAR]
     assert len(candidates) == 1, "exactly one priority-pubsub container expected"
     return candidates[0]
 
 
 def config_of(docs: Iterable[Doc]) -> dict[str, Any]:
     configmap = one(docs, "ConfigMap")
-    loaded = yaml.safe_load(configmap["data"]["config.yaml"])
+    loaded: dict[str, Any] = yaml.safe_load(configmap["data"]["config.yaml"])
     assert isinstance(loaded, dict)
     return loaded

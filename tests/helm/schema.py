@@ -17,7 +17,9 @@ from typing import Any
 
 from priority_pubsub.config import Settings
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "charts" / "priority-pubsub" / "values.schema.json"
+SCHEMA_PATH = (
+    Path(__file__).resolve().parents[2] / "charts" / "priority-pubsub" / "values.schema.json"
+)
 # Annotations only: they help no validator and differ between pydantic releases.
 _DROPPED_KEYS = frozenset({"title", "format", "writeOnly"})
 
@@ -37,7 +39,8 @@ def _clean(node: Any) -> Any:
     if isinstance(node, dict):
         cleaned = {key: _clean(value) for key, value in node.items() if key not in _DROPPED_KEYS}
         if isinstance(node.get("properties"), dict):  # property names are data, keep them all
-            cleaned["properties"] = {key: _clean(value) for key, value in node["properties"].items()}
+            properties = node["properties"].items()
+            cleaned["properties"] = {key: _clean(value) for key, value in properties}
         return cleaned
     if isinstance(node, list):
         return [_clean(item) for item in node]

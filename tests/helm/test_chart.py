@@ -17,7 +17,6 @@ from tests.helm.manifests import (
     SIDECAR,
     Doc,
     config_of,
-    find,
     one,
     run,
     sidecar_container,
@@ -58,7 +57,8 @@ def test_every_driver_has_an_example() -> None:
 def test_lint_strict(tools: Tools, example: Path) -> None:
     result = run([tools.helm, "lint", "--strict", CHART, "--values", example])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+    assert "[WARNING]" not in result.stdout
+    assert "[ERROR]" not in result.stdout
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -73,7 +73,9 @@ def test_render_validates(helm: Helm, example: Path, variant: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "example", [p for p in EXAMPLES if "existing-workload" not in p.name], ids=str
+    "example",
+    [p for p in EXAMPLES if "existing-workload" not in p.name],
+    ids=lambda p: p.name.removesuffix("-values.yaml"),
 )
 def test_sidecar_wiring(helm: Helm, example: Path) -> None:
     docs = helm.render([example], VARIANTS["classic"])
@@ -99,7 +101,8 @@ def test_sidecar_wiring(helm: Helm, example: Path) -> None:
     assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
 
     security = sidecar["securityContext"]
-    assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"]
+    assert security["runAsNonRoot"]
+    assert security["readOnlyRootFilesystem"]
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"]
 
@@ -119,7 +122,8 @@ def test_native_sidecar_is_an_always_restarting_init_container(helm: Helm) -> No
     pod = _pod_spec(docs)
     assert [c["name"] for c in pod["containers"]] == ["app"]
     (init,) = pod["initContainers"]
-    assert init["name"] == SIDECAR and init["restartPolicy"] == "Always"
+    assert init["name"] == SIDECAR
+    assert init["restartPolicy"] == "Always"
     # The app is stopped first and the sidecar outlives it: no preStop delay on the app.
     assert "lifecycle" not in pod["containers"][0]
 
@@ -137,7 +141,8 @@ def test_secrets_come_from_the_existing_secret(helm: Helm) -> None:
     assert app_env["APP_API_TOKEN"]["valueFrom"]["secretKeyRef"] == token
     # Nothing secret is rendered into the ConfigMap.
     text = one(docs, "ConfigMap")["data"]["config.yaml"]
-    assert "connection_string" not in text and "api_token" not in text
+    assert "connection_string" not in text
+    assert "api_token" not in text
 
 
 def test_config_change_rolls_the_pods(helm: Helm) -> None:
@@ -179,7 +184,15 @@ def test_keda_scales_on_the_highest_priority_queue(
     if "connectionFromEnv" in expected:
         container = scaled["scaleTargetRef"]["envSourceContainerName"]
         env = {e["name"] for e in sidecar_container(_pod_spec(docs))["env"]}
-        assert container == SIDECAR and expected["connectionFromEnv"] in env
+        assert container == SIDECAR
+        assert expected["connectionFromEnv"] in env
+
+
+def test_keda_sqs_uses_the_configured_queue_url(helm: Helm) -> None:
+    url = "https://sqs.eu-west-1.amazonaws.com/123456789012/tasks-high"
+    docs = helm.render([_example("sqs")], [f"config.driver.queue_urls.tasks-high={url}"])
+    (trigger,) = one(docs, "ScaledObject")["spec"]["triggers"]
+    assert trigger["metadata"]["queueURL"] == url
 
 
 def test_keda_topic_subscription_and_several_queues(helm: Helm) -> None:

@@ -50,7 +50,8 @@ def test_consumer_chart_gets_the_sidecar(helm: Helm, consumer_chart: Path, nativ
     pod = _pod(docs)
     sidecar = sidecar_container(pod)
     assert ("initContainers" in pod) == native
-    assert [c["name"] for c in pod["containers"]] == (["worker"] if native else ["worker", sidecar["name"]])
+    expected = ["worker"] if native else ["worker", sidecar["name"]]
+    assert [c["name"] for c in pod["containers"]] == expected
     # The names the library renders in the user's chart are those of the subchart's objects.
     configmap = one(docs, "ConfigMap")["metadata"]["name"]
     volumes = {v["name"]: v for v in pod["volumes"]}

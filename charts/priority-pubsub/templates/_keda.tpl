@@ -10,7 +10,9 @@ KEDA wants every metadata value as a string.
 {{- $meta := dict }}
 {{- if eq $driver.type "sqs" }}
 {{- $type = "aws-sqs-queue" }}
-{{- $_ := set $meta "queueURL" .queue }}
+{{- $urls := default dict $driver.queue_urls }}
+{{- $_ := set $meta "queueURL" (get $urls .queue | default .queue) }}
+{{- with $driver.endpoint_url }}{{ $_ := set $meta "awsEndpoint" . }}{{ end }}
 {{- $_ := set $meta "queueLength" $target }}
 {{- with $driver.region }}{{ $_ := set $meta "awsRegion" . }}{{ end }}
 {{- if not $root.Values.keda.authenticationRef }}{{ $_ := set $meta "identityOwner" "operator" }}{{ end }}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Submit the delivery report to a Kubernetes cluster with plain spark-submit (cluster mode).
+#
+# The image needs Spark + Python + `pip install 'priority-pubsub[spark]'` + report_job.py at
+# /opt/priority-pubsub/ (e.g. FROM the apache/spark-py image). Journals are read from any
+# Hadoop-compatible URI (s3a:// needs hadoop-aws on the classpath and credentials, here IRSA
+# through the driver's ServiceAccount). report.html and the Parquet tables are written to the
+# driver's --out directory: a PVC mounted at /reports.
+#
+# Locally, the same job:  spark-submit --master 'local[*]' deploy/spark/report_job.py \
+#                             './data/journal/*.jsonl' --out ./report
+set -euo pipefail
+
+: "${KUBE_API:?set KUBE_API, e.g. https://10.0.0.1:443}"
+IMAGE="${IMAGE:-registry.example.com/priority-pubsub-report:0.1.0}"
+NAMESPACE="${NAMESPACE:-analytics}"
+JOURNALS="${JOURNALS:-s3a://priority-pubsub-journals/*/journal-*.jsonl}"
+
+exec spark-submit \
+  --master "k8s://${KUBE_API}" \
+  --deploy-mode cluster \
+  --name priority-pubsub-report \
+  --conf spark.kubernetes.namespace="${NAMESPACE}" \
+  --conf spark.kubernetes.container.image="${IMAGE}" \
+  --conf spark.kubernetes.authenticate.driver.serviceAccountName=priority-pubsub-report \
+  --conf spark.executor.instances=4 \
+  --conf spark.executor.memory=4g \
+  --conf spark.driver.memory=2g \
+  --conf spark.sql.session.timeZone=UTC \
+  --conf spark.hadoop.fs.s3a.aws.credentials.provider=com.amazonaws.auth.WebIdentityTokenCredentialsProvider \
+  --conf spark.kubernetes.driver.volumes.persistentVolumeClaim.reports.options.claimName=priority-pubsub-reports \
+  --conf spark.kubernetes.driver.volumes.persistentVolumeClaim.reports.mount.path=/reports \
+  local:///opt/priority-pubsub/report_job.py \
+  "${JOURNALS}" --out /reports/"$(date -u +%Y-%m-%d)" --target-wait-s 60
