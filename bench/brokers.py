@@ -1,0 +1,213 @@
+"""The brokers a benchmark can run against: local SQLite, SQS on ministack, Pub/Sub emulator.
+
+Each gives the ``driver:`` config for the sidecar, creates queues (the driver never does) and
+preloads messages through the fastest path it has, so preloading stays out of the timings.
+Servers run as subprocesses on 127.0.0.1 and free ports, and are stopped on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+from bench.common import free_port, sample_body
+from priority_pubsub.drivers.base import DriverContext
+from priority_pubsub.drivers.local import LocalDriver, LocalOptions
+
+MINISTACK = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "ministack"
+EMULATOR = Path("/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator")
+GCP_PROJECT = "priority-pubsub-bench"
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+}
+
+
+class Broker(Protocol):
+    name: str
+
+    def driver_config(self) -> dict[str, Any]: ...
+
+    async def create(self, queues: Sequence[str]) -> None: ...
+
+    async def preload(self, queue: str, count: int, body: Callable[[int], bytes] = ...) -> None:
+        ...
+
+    async def close(self) -> None: ...
+
+
+class LocalBroker:
+    name = "local"
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "queues.db"
+
+    def driver_config(self) -> dict[str, Any]:
+        return {"type": "local", "path": str(self.path)}
+
+    async def create(self, queues: Sequence[str]) -> None:
+        return None  # a local queue exists as soon as a row names it
+
+    async def preload(self, queue: str, count: int,
+                      body: Callable[[int], bytes] = sample_body) -> None:
+        driver = LocalDriver(LocalOptions(path=self.path), DriverContext(queues=(queue,)))
+        await driver.start()
+        try:
+            for start in range(0, count, 1000):
+                await asyncio.gather(*(driver.publish(queue, body(i))
+                                       for i in range(start, min(count, start + 1000))))
+        finally:
+            await driver.close()
+
+    async def close(self) -> None:
+        return None
+
+
+class SqsBroker:
+    """ministack (``BIND_HOST=127.0.0.1 GATEWAY_PORT=PORT ministack``): moto slows with deep
+    queues, ministack does not."""
+
+    name = "sqs"
+
+    def __init__(self, directory: Path) -> None:
+        os.environ.update(AWS_ENV)
+        self.port = free_port()
+        self._log = (directory / "ministack.log").open("wb")
+        self.process = subprocess.Popen(
+            [str(MINISTACK)], stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "BIND_HOST": "127.0.0.1", "GATEWAY_PORT": str(self.port)},
+        )
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        _wait_http(f"{self.endpoint_url}/_ministack/health", self.process)
+        import boto3
+
+        self.client = boto3.client("sqs", endpoint_url=self.endpoint_url, region_name="us-east-1")
+        self._pool = ThreadPoolExecutor(8, thread_name_prefix="bench-sqs")
+
+    def driver_config(self) -> dict[str, Any]:
+        return {"type": "sqs", "endpoint_url": self.endpoint_url, "region": "us-east-1"}
+
+    async def create(self, queues: Sequence[str]) -> None:
+        for queue in queues:
+            await asyncio.to_thread(self.client.create_queue, QueueName=queue)
+
+    async def preload(self, queue: str, count: int,
+                      body: Callable[[int], bytes] = sample_body) -> None:
+        url = self.client.get_queue_url(QueueName=queue)["QueueUrl"]
+        loop = asyncio.get_running_loop()
+
+        def send(start: int) -> None:
+            entries = [{"Id": str(i), "MessageBody": body(i).decode()}
+                       for i in range(start, min(count, start + 10))]
+            self.client.send_message_batch(QueueUrl=url, Entries=entries)  # type: ignore[arg-type]
+
+        await asyncio.gather(*(loop.run_in_executor(self._pool, send, start)
+                               for start in range(0, count, 10)))
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        _stop_group(self.process)
+        self._log.close()
+
+
+class GcpBroker:
+    """Google's Pub/Sub emulator; a queue is a subscription on a topic of the same name."""
+
+    name = "gcp_pubsub"
+
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self._log = (directory / "emulator.log").open("wb")
+        self.process = subprocess.Popen(
+            [str(EMULATOR), "--host=127.0.0.1", f"--port={self.port}"],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        _wait_http(f"http://127.0.0.1:{self.port}/", self.process, timeout_s=90)
+        os.environ["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{self.port}"
+        os.environ["GOOGLE_CLOUD_PROJECT"] = GCP_PROJECT
+        self._publisher: Any = None
+        self._subscriber: Any = None
+
+    def _clients(self) -> tuple[Any, Any]:
+        if self._publisher is None:
+            from google.pubsub_v1 import PublisherAsyncClient, SubscriberAsyncClient
+
+            self._publisher = PublisherAsyncClient()
+            self._subscriber = SubscriberAsyncClient()
+        return self._publisher, self._subscriber
+
+    def driver_config(self) -> dict[str, Any]:
+        return {"type": "gcp_pubsub", "project": GCP_PROJECT}
+
+    async def create(self, queues: Sequence[str]) -> None:
+        from google.pubsub_v1.types import Subscription
+
+        publisher, subscriber = self._clients()
+        for queue in queues:
+            topic = f"projects/{GCP_PROJECT}/topics/{queue}"
+            await publisher.create_topic(name=topic)
+            await subscriber.create_subscription(request=Subscription(
+                name=f"projects/{GCP_PROJECT}/subscriptions/{queue}", topic=topic,
+                ack_deadline_seconds=60,
+            ))
+
+    async def preload(self, queue: str, count: int,
+                      body: Callable[[int], bytes] = sample_body) -> None:
+        from google.pubsub_v1.types import PubsubMessage
+
+        publisher, _ = self._clients()
+        topic = f"projects/{GCP_PROJECT}/topics/{queue}"
+        for start in range(0, count, 500):
+            await publisher.publish(topic=topic, messages=[
+                PubsubMessage(data=body(i)) for i in range(start, min(count, start + 500))
+            ])
+
+    async def close(self) -> None:
+        for client in (self._publisher, self._subscriber):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await client.transport.close()
+        _stop_group(self.process)
+        self._log.close()
+
+
+def open_broker(name: str, directory: Path) -> Broker:
+    brokers: dict[str, Callable[[Path], Broker]] = {
+        "local": LocalBroker, "sqs": SqsBroker, "gcp_pubsub": GcpBroker,
+    }
+    return brokers[name](directory)
+
+
+def _wait_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server for {url} exited with {process.returncode}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1):
+            return
+        time.sleep(0.2)
+    _stop_group(process)
+    raise RuntimeError(f"{url} did not answer within {timeout_s}s")
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """The emulator is a shell script that starts Java: stop the whole process group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)

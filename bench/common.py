@@ -1,0 +1,215 @@
+"""Shared pieces of the benchmarks: the no-op app process, settings, timing, output.
+
+Every benchmark prints ONE JSON document on stdout (machine-readable, collected by
+``bench.run_all``) and a short human table on stderr. Absolute numbers on a shared 2-core
+machine are noisy, so each script measures the things it compares in the same run, interleaved,
+and reports ratios.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from priority_pubsub.config import Settings, validate_config
+
+BODY_PAD = "x" * 160
+"""Bodies of ~200 bytes: a task reference and a little payload, as a frontend publishes."""
+
+
+def sample_body(index: int) -> bytes:
+    return json.dumps({"task": index, "kind": "bench", "pad": BODY_PAD}).encode()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+
+
+class AppProcess:
+    """``bench.noop_app`` in its own process (uvicorn raw ASGI, uvloop, httptools)."""
+
+    def __init__(self, *, record: bool = False, delay_ms: float = 0.0) -> None:
+        self.port = free_port()
+        command = [sys.executable, "-m", "bench.noop_app", "--port", str(self.port)]
+        if record:
+            command.append("--record")
+        if delay_ms:
+            command += ["--delay-ms", str(delay_ms)]
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        try:
+            wait_for_port(self.port)
+        except RuntimeError:
+            self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/tasks"
+
+    def stats(self) -> dict[str, Any]:
+        """Requests seen and, in record mode, CloudEvent id -> arrival ns (then cleared)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_stats", timeout=10) as rsp:
+            value: dict[str, Any] = json.loads(rsp.read())
+            return value
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> AppProcess:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def make_settings(
+    directory: Path,
+    driver: dict[str, Any],
+    queues: Sequence[str | dict[str, Any]],
+    *,
+    app_url: str,
+    concurrency: int,
+    scheduling: str = "strict",
+    journal: bool = True,
+    lease_s: float = 60,
+) -> Settings:
+    """The shipped defaults, plus what a benchmark must pin (queues, app, ports, paths)."""
+    raw: dict[str, Any] = {
+        "driver": driver,
+        "queues": [q if isinstance(q, dict) else {"name": q} for q in queues],
+        "scheduling": scheduling,
+        "concurrency": concurrency,
+        "app": {"url": app_url, "timeout_s": 60},
+        "lease": {"duration_s": lease_s},
+        "shutdown": {"grace_s": 5},
+        "server": {"host": "127.0.0.1", "port": 0},
+        "log": {"level": "info", "format": "json"},
+    }
+    if journal:
+        raw["journal"] = {"path": str(directory / "journal"), "rotate_mb": 64}
+    return validate_config(raw)
+
+
+def quiet_logging(path: Path) -> None:
+    """Configure the sidecar's logging as shipped (info, JSON), written to ``path`` instead of
+    stderr so the table stays readable. The cost of every log line is still paid."""
+    from priority_pubsub.logs import configure_logging
+
+    handle = path.open("a", encoding="utf-8")  # kept open for the life of the process
+    with contextlib.redirect_stderr(handle):
+        configure_logging("info", "json")
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def ratio(top: float | None, bottom: float | None) -> float | None:
+    if top is None or not bottom:
+        return None
+    return round(top / bottom, 3)
+
+
+def rounded(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a process in seconds, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def proc_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def machine_info() -> dict[str, Any]:
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    load = os.getloadavg()
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "loadavg_1m_at_start": round(load[0], 2),
+    }
+
+
+def emit(name: str, result: dict[str, Any], headers: Sequence[str],
+         rows: Sequence[Sequence[object]]) -> None:
+    """Print the JSON document on stdout and a short table on stderr."""
+    document = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "command": " ".join([Path(sys.executable).name, "-m", f"bench.{name}",
+                                     *sys.argv[1:]]),
+                "machine": machine_info(), **result}
+    print(json.dumps(document, indent=1, default=str))
+    sys.stdout.flush()
+    print(format_table(headers, rows), file=sys.stderr)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r]
+                                           for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def temp_dir(prefix: str) -> Iterator[Path]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix=f"bench-{prefix}-") as path:
+        yield Path(path)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

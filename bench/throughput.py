@@ -1,0 +1,169 @@
+"""Throughput against its limits, per driver and concurrency, measured side by side.
+
+For each driver and each concurrency, in one run and interleaved (the order of the modes
+rotates every round), with M preloaded messages of ~200 bytes and the no-op app in its own
+process:
+
+  a  broker limit    the driver's receive + ack, batch 1 per worker, no app
+  b  app limit       a plain aiohttp POST loop of the same CloudEvents, no broker
+  c  naive forwarder receive, POST, ack (no leases, journal, metrics, priorities)
+  d  the sidecar     priority_pubsub.sidecar.Sidecar as shipped: one queue, journal + metrics
+                     on, info logs (JSON, to a file)
+  d3 the sidecar     three queues, the backlog on the lowest: strict sweeps pass two empty
+                     queues on every take (the cost of priorities)
+  wrk                the native HTTP ceiling of the app, for context (when wrk is installed)
+
+Reports the best of the rounds for each, d/min(a,b) and d/c.
+
+    python -m bench.throughput --driver local --messages 2000 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from bench.brokers import Broker, open_broker
+from bench.common import (
+    AppProcess,
+    emit,
+    log,
+    make_settings,
+    quiet_logging,
+    ratio,
+    rounded,
+    sample_body,
+    temp_dir,
+)
+from bench.loops import (
+    app_limit,
+    broker_limit,
+    fake_message,
+    naive_forwarder,
+    run_sidecar,
+    to_request,
+)
+
+MODES = ("a", "b", "c", "d", "d3")
+DEFAULT_MESSAGES = {"local": 2000, "sqs": 300, "gcp_pubsub": 1000}
+
+
+async def run_mode(mode: str, broker: Broker, directory: Path, app: AppProcess,
+                   concurrency: int, count: int, tag: str, timeout_s: float) -> float | None:
+    if mode == "b":
+        requests = [to_request(fake_message(i, sample_body(i))) for i in range(count)]
+        return await app_limit(app.url, requests, concurrency, timeout_s)
+    queue = f"bench-{tag}"
+    queues = [f"hi-{tag}", f"mid-{tag}", queue] if mode == "d3" else [queue]
+    await broker.create(queues)
+    await broker.preload(queue, count)
+    settings = make_settings(directory / tag, broker.driver_config(), queues,
+                             app_url=app.url, concurrency=concurrency)
+    if mode == "a":
+        return await broker_limit(settings, queue, count, concurrency, timeout_s)
+    if mode == "c":
+        return await naive_forwarder(settings, queue, count, concurrency, timeout_s)
+    probe = await run_sidecar(settings, count, timeout_s)
+    return probe.rate
+
+
+async def run_wrk(app: AppProcess, concurrency: int, duration_s: float) -> float | None:
+    if shutil.which("wrk") is None:
+        return None
+    request = to_request(fake_message(0, sample_body(0)))
+    with temp_dir("wrk") as directory:
+        script = directory / "post.lua"
+        body = request.body.decode().replace("\\", "\\\\").replace("'", "\\'")
+        headers = "".join(f"wrk.headers['{k}'] = '{v}'\n" for k, v in request.headers.items())
+        script.write_text(f"wrk.method = 'POST'\nwrk.body = '{body}'\n{headers}")
+        process = await asyncio.create_subprocess_exec(
+            "wrk", "-t1", f"-c{concurrency}", f"-d{duration_s:g}s", "-s", str(script), app.url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )
+        out, _ = await process.communicate()
+    match = re.search(rb"Requests/sec:\s+([\d.]+)", out)
+    return float(match.group(1)) if match else None
+
+
+async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: int,
+                       timeout_s: float, wrk_s: float) -> dict[str, Any]:
+    with temp_dir(name) as directory:
+        broker = open_broker(name, directory)
+        try:
+            with AppProcess() as app:
+                samples: dict[int, dict[str, list[float | None]]] = {
+                    c: {m: [] for m in MODES} for c in concurrencies
+                }
+                for round_no in range(rounds):
+                    for c in concurrencies:
+                        shift = (round_no + c) % len(MODES)
+                        for mode in MODES[shift:] + MODES[:shift]:
+                            tag = f"r{round_no}-c{c}-{mode}"
+                            rate = await run_mode(mode, broker, directory, app, c, count, tag,
+                                                  timeout_s)
+                            samples[c][mode].append(rate)
+                            log(f"{name} round {round_no} c={c} {mode}: {rounded(rate)} msg/s")
+                wrk = {c: await run_wrk(app, c, wrk_s) for c in concurrencies} if wrk_s else {}
+        finally:
+            await broker.close()
+    results = []
+    for c in concurrencies:
+        best = {m: max((v for v in samples[c][m] if v is not None), default=None)
+                for m in MODES}
+        limit = min((v for v in (best["a"], best["b"]) if v is not None), default=None)
+        results.append({
+            "concurrency": c,
+            **{f"{m}_msgs_s": rounded(best[m]) for m in MODES},
+            "wrk_req_s": rounded(wrk.get(c)),
+            "d_over_min_ab": ratio(best["d"], limit),
+            "d_over_c": ratio(best["d"], best["c"]),
+            "d3_over_d": ratio(best["d3"], best["d"]),
+            "rounds": {m: [rounded(v) for v in samples[c][m]] for m in MODES},
+        })
+    return {"messages": count, "rounds": rounds, "results": results}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in args.driver:
+        count = args.messages or DEFAULT_MESSAGES[name]
+        out[name] = await bench_driver(name, args.concurrency, count, args.rounds,
+                                       args.timeout_s, args.wrk_s)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--driver", action="append", choices=sorted(DEFAULT_MESSAGES))
+    parser.add_argument("--concurrency", type=int, action="append")
+    parser.add_argument("--messages", type=int, default=0,
+                        help=f"M per run (default per driver: {DEFAULT_MESSAGES})")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--timeout-s", type=float, default=120)
+    parser.add_argument("--wrk-s", type=float, default=2, help="0 skips wrk")
+    args = parser.parse_args()
+    args.driver = args.driver or ["local"]
+    args.concurrency = args.concurrency or [1, 4, 16, 64]
+    with temp_dir("logs") as directory:
+        quiet_logging(directory / "sidecar.log")
+        drivers = uvloop.run(main_async(args))
+    rows = []
+    for name, result in drivers.items():
+        for r in result["results"]:
+            rows.append([name, r["concurrency"], r["a_msgs_s"], r["b_msgs_s"], r["c_msgs_s"],
+                         r["d_msgs_s"], r["d3_msgs_s"], r["wrk_req_s"], r["d_over_min_ab"],
+                         r["d_over_c"]])
+    emit("throughput", {"drivers": drivers},
+         ["driver", "conc", "a broker", "b app", "c naive", "d sidecar", "d3 (3 queues)",
+          "wrk", "d/min(a,b)", "d/c"], rows)
+
+
+if __name__ == "__main__":
+    main()
