@@ -60,6 +60,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import structlog
+from pydantic import Field
+
 from priority_pubsub.drivers.base import DriverContext, DriverOptions, QueueDepth
 from priority_pubsub.drivers.sqs_api import (
     MAX_BATCH,
@@ -70,8 +72,6 @@ from priority_pubsub.drivers.sqs_api import (
     whole_seconds,
 )
 from priority_pubsub.drivers.sqs_sns import dapr_cloudevent, publish_via_sns
-from pydantic import Field
-
 from priority_pubsub.errors import DriverError, LeaseLost, MessageTooLarge
 from priority_pubsub.message import Lease, Message, now_ms
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
+
 from priority_pubsub.drivers.base import DriverContext
 from priority_pubsub.drivers.sqs import (
     DEAD_LETTER_REASON,
@@ -21,9 +22,6 @@ from priority_pubsub.drivers.sqs import (
     dapr_cloudevent,
     publish_via_sns,
 )
-from priority_pubsub.transforms.base import Payload
-from priority_pubsub.transforms.sns_envelope import SnsEnvelope
-
 from priority_pubsub.errors import (
     DriverError,
     DriverUnavailable,
@@ -32,6 +30,8 @@ from priority_pubsub.errors import (
     TransformError,
 )
 from priority_pubsub.message import Message
+from priority_pubsub.transforms.base import Payload
+from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
 from tests.support.moto_server import MotoServer, free_port, moto_server
 

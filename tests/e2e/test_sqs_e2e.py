@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from priority_pubsub.drivers.sqs import dapr_cloudevent
 
+from priority_pubsub.drivers.sqs import dapr_cloudevent
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.moto_server import MotoServer, moto_server

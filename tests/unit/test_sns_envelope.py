@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from priority_pubsub.transforms.base import Payload, TransformChain
-from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 
 from priority_pubsub.errors import TransformError
+from priority_pubsub.transforms.base import Payload, TransformChain
+from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 
 DAPR_CLOUDEVENT = {
     "id": "5929aaac-a5e2-4ca1-859c-edfe73f11565",
