@@ -59,9 +59,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import structlog
-from priority_pubsub.drivers.base import DriverContext, DriverOptions
 from pydantic import Field, SecretStr, model_validator
 
+from priority_pubsub.drivers.base import DriverContext, DriverOptions
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.message import Lease, Message, now_ms
 
@@ -191,9 +191,7 @@ class ServiceBusDriver:
             self._credential = DefaultAzureCredential()
             self._client = ServiceBusClient(opts.namespace or "", self._credential, **kwargs)
         try:
-            for queue in self.context.queues:
-                receiver = self._receiver(queue)
-                await asyncio.wait_for(receiver.__aenter__(), 30)
+            await asyncio.gather(*(self._open(queue) for queue in self.context.queues))
         except Exception as exc:
             await self.close()
             raise _wrap(exc, "start") from exc
@@ -216,7 +214,7 @@ class ServiceBusDriver:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(task, self.options.max_wait_s + 5)
         for queue, stash in self._stash.items():
-            receiver = self._receivers.get(queue)
+            receiver = self._receivers[queue]
             for sdk_message in stash:
                 with contextlib.suppress(Exception):
                     await receiver.abandon_message(sdk_message)
@@ -229,6 +227,13 @@ class ServiceBusDriver:
         if self._credential is not None:
             with contextlib.suppress(Exception):
                 await self._credential.close()
+
+    async def _open(self, queue: str) -> None:
+        receiver = self._receiver(queue)
+        await asyncio.wait_for(receiver.__aenter__(), 30)
+        # A refused attach can go unnoticed until the first receive; a peek proves the entity
+        # exists and the credential may listen (and opens the link that renewals use).
+        await asyncio.wait_for(receiver.peek_messages(max_message_count=1), 30)
 
     @property
     def dead_letter_enabled(self) -> bool:
@@ -263,8 +268,10 @@ class ServiceBusDriver:
         entity = queue.split("/", 1)[0]
         sender = self._senders.get(entity)
         if sender is None:
-            sender = self._client.get_queue_sender(entity) if "/" not in queue else (
-                self._client.get_topic_sender(entity)
+            sender = (
+                self._client.get_queue_sender(entity)
+                if "/" not in queue
+                else (self._client.get_topic_sender(entity))
             )
             self._senders[entity] = sender
         return sender
@@ -278,7 +285,9 @@ class ServiceBusDriver:
             return [self._convert(queue, m) for m in got]
         task = self._inflight.get(queue)
         if task is None:
-            sdk_wait = self.options.zero_wait_s if wait_s <= 0 else min(wait_s, self.options.max_wait_s)
+            sdk_wait = (
+                self.options.zero_wait_s if wait_s <= 0 else min(wait_s, self.options.max_wait_s)
+            )
             task = asyncio.create_task(self._sdk_receive(queue, max_messages, sdk_wait))
             self._inflight[queue] = task
             task.add_done_callback(lambda done: self._landed(queue, done))
@@ -310,14 +319,12 @@ class ServiceBusDriver:
     def _take_stash(self, queue: str, max_messages: int) -> list[Any]:
         stash = self._stash.get(queue, [])
         now = now_ms()
-        fresh = [m for m in stash if (_ms(m.locked_until_utc) or 0) > now + 500]
+        fresh = [m for m in stash if (_ms(m.locked_until_utc) or 0) > now + 50]
         taken, self._stash[queue] = fresh[:max_messages], fresh[max_messages:]
         return taken
 
     def _convert(self, queue: str, sdk_message: Any) -> Message:
-        props = {
-            _text(k): _text(v) for k, v in (sdk_message.application_properties or {}).items()
-        }
+        props = {_text(k): _text(v) for k, v in (sdk_message.application_properties or {}).items()}
         carried = int(props.get(ATTEMPTS_PROPERTY, "0") or 0)
         enqueued = props.get(ENQUEUED_PROPERTY)
         locked_until = _ms(sdk_message.locked_until_utc) or now_ms()
@@ -329,7 +336,8 @@ class ServiceBusDriver:
             id=str(sdk_message.message_id or sdk_message.sequence_number),
             queue=queue,
             priority=self.context.priority_of(queue),
-            body=b"".join(sdk_message.body) if not isinstance(sdk_message.body, bytes)
+            body=b"".join(sdk_message.body)
+            if not isinstance(sdk_message.body, bytes)
             else sdk_message.body,
             attributes={k: v for k, v in props.items() if k not in _INTERNAL},
             attempt=carried + (sdk_message.delivery_count or 0) + 1,
@@ -371,7 +379,9 @@ class ServiceBusDriver:
             await self._settle(message, "abandon_message")
             return
         lock = self._lock(message)
-        if "/" in lock.queue.removesuffix(DLQ_SUFFIX) and not lock.queue.lower().endswith(DLQ_SUFFIX):
+        if "/" in lock.queue.removesuffix(DLQ_SUFFIX) and not lock.queue.lower().endswith(
+            DLQ_SUFFIX
+        ):
             lock.abandon_at_ms = now_ms() + int(delay_s * 1000)
             lock.lease_until_ms = lock.abandon_at_ms
             self._held.add(lock)
@@ -455,9 +465,11 @@ class ServiceBusDriver:
         from azure.servicebus import ServiceBusMessage
 
         message_id = str(uuid.uuid4())
+        props: dict[str | bytes, Any] = {}
+        props.update((attributes or {}).items())
         message = ServiceBusMessage(
             body,
-            application_properties=dict(attributes or {}),
+            application_properties=props,
             content_type=content_type,
             message_id=message_id,
         )

@@ -98,7 +98,9 @@ class Bus:
                         )
                         for k, v in (message.application_properties or {}).items()
                     }
-                    found.append(DeadLetter(b"".join(message.body), props, message.dead_letter_reason))
+                    found.append(
+                        DeadLetter(b"".join(message.body), props, message.dead_letter_reason)
+                    )
                     await receiver.complete_message(message)
 
 

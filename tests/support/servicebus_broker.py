@@ -72,11 +72,9 @@ from proton import (
     Delivery,
     Disposition,
     Endpoint,
-    Link,
     Message,
     symbol,
     timestamp,
-    ulong,
 )
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
@@ -114,7 +112,7 @@ class Lock:
     token: uuid.UUID
     stored: Stored
     locked_until_ms: int
-    delivery: Delivery | None
+    delivery: Any | None
 
 
 @dataclass
@@ -144,7 +142,9 @@ class Entity:
         self.available.sort(key=lambda s: s.sequence_number)
 
     def counts(self) -> EntityCounts:
-        dead = len(self.dead_letter.available) + len(self.dead_letter.locks) if self.dead_letter else 0
+        dead = (
+            len(self.dead_letter.available) + len(self.dead_letter.locks) if self.dead_letter else 0
+        )
         return EntityCounts(len(self.available), len(self.locks), len(self.scheduled), dead)
 
 
@@ -188,9 +188,7 @@ def make_sas_token(audience: str, key_name: str, key: str, ttl_s: int = 3600) ->
     encoded = quote_plus(audience)
     signed = f"{encoded}\n{expiry}".encode()
     sig = base64.b64encode(hmac.new(key.encode(), signed, hashlib.sha256).digest()).decode()
-    return (
-        f"SharedAccessSignature sr={encoded}&sig={quote_plus(sig)}&se={expiry}&skn={key_name}"
-    )
+    return f"SharedAccessSignature sr={encoded}&sig={quote_plus(sig)}&se={expiry}&skn={key_name}"
 
 
 class ServiceBusBroker:
@@ -240,7 +238,7 @@ class ServiceBusBroker:
         return self
 
     def _run(self) -> None:
-        self._container.schedule(0, self._handler)
+        self._container.schedule(0, self._handler)  # type: ignore[arg-type]
         try:
             self._container.run()
         except BaseException as exc:  # surfaced to tests through .error
@@ -314,7 +312,9 @@ class ServiceBusBroker:
             return list(self._topics[path].subscriptions.values())
         entity = self._entities.get(path)
         if entity is None:
-            raise _Refused("amqp:not-found", f"The messaging entity '{path}' could not be found.", 404)
+            raise _Refused(
+                "amqp:not-found", f"The messaging entity '{path}' could not be found.", 404
+            )
         if path.endswith(DLQ_SUFFIX) or "/subscriptions/" in path:
             raise _Refused("amqp:not-allowed", f"Cannot send to '{path}'.", 400)
         return [entity]
@@ -349,7 +349,7 @@ class ServiceBusBroker:
             props["DeadLetterReason"] = reason
         if description is not None:
             props["DeadLetterErrorDescription"] = description
-        stored.message.properties = props
+        stored.message.properties = props  # type: ignore[assignment]
         stored.sequence_number = next(self._sequence)
         entity.dead_letter.enqueue(stored)
 
@@ -361,7 +361,7 @@ class ServiceBusBroker:
                 entity,
                 stored,
                 "MaxDeliveryCountExceeded",
-                f"Message could not be consumed after {entity.max_delivery_count} delivery attempts.",
+                f"Message could not be consumed after {entity.max_delivery_count} attempts.",
             )
         else:
             entity.enqueue(stored)
@@ -388,7 +388,9 @@ class ServiceBusBroker:
         """Apply one settlement by lock token; raises ``_Refused`` on a lost lock."""
         lock = self._take_lock(entity, token)
         if outcome == "defer":
-            raise _Refused("amqp:not-implemented", "Deferral is not implemented by this broker.", 501)
+            raise _Refused(
+                "amqp:not-implemented", "Deferral is not implemented by this broker.", 501
+            )
         del entity.locks[token]
         if outcome == "complete":
             return
@@ -451,7 +453,7 @@ def _annotated(stored: Stored, lock: Lock | None) -> Message:
     return out
 
 
-def _links(connection: Any) -> Iterator[Link]:
+def _links(connection: Any) -> Iterator[Any]:
     mask = Endpoint.LOCAL_ACTIVE | Endpoint.REMOTE_ACTIVE
     link = connection.link_head(mask)
     while link is not None:
@@ -479,7 +481,7 @@ class _Handler:
         self.tags = itertools.count()
         # per-connection set of (audience path, expiry) from accepted put-token requests
         self.tokens: dict[Any, list[tuple[str, float]]] = {}
-        self.outbox: dict[Link, list[Message]] = {}
+        self.outbox: dict[Any, list[Message]] = {}
 
     # -- plumbing --------------------------------------------------------------------------
     def on_reactor_init(self, event: Any) -> None:  # pragma: no cover - proton callback
@@ -528,14 +530,14 @@ class _Handler:
 
     # -- attach ----------------------------------------------------------------------------
     def on_link_remote_open(self, event: Any) -> None:
-        link: Link = event.link
+        link: Any = event.link
         if not link.state & Endpoint.LOCAL_UNINIT:
             return
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
         kind, path = self._classify(link)
-        link.kind = kind  # type: ignore[attr-defined]
-        link.path = path  # type: ignore[attr-defined]
+        link.kind = kind
+        link.path = path
         try:
             with self.b._lock:
                 self._authorize(link, kind, path)
@@ -555,7 +557,7 @@ class _Handler:
         if link.is_receiver:
             link.flow(100)
 
-    def _classify(self, link: Link) -> tuple[str, str]:
+    def _classify(self, link: Any) -> tuple[str, str]:
         address = link.remote_source.address if link.is_sender else link.remote_target.address
         path = _entity_path(address)
         if path == "$cbs":
@@ -565,7 +567,7 @@ class _Handler:
             return ("mgmt-out" if link.is_sender else "mgmt-in"), entity
         return ("consumer" if link.is_sender else "producer"), path
 
-    def _authorize(self, link: Link, kind: str, path: str) -> None:
+    def _authorize(self, link: Any, kind: str, path: str) -> None:
         if kind.startswith("cbs"):
             return
         b = self.b
@@ -589,19 +591,21 @@ class _Handler:
 
     # -- incoming transfers ----------------------------------------------------------------
     def on_delivery(self, event: Any) -> None:
-        delivery: Delivery = event.delivery
-        link: Link = delivery.link
+        delivery: Any = event.delivery
+        link: Any = delivery.link
         if link.is_receiver:
             self._incoming(delivery, link)
         else:
             self._disposition(delivery, link, event.container)
 
-    def _incoming(self, delivery: Delivery, link: Link) -> None:
+    def _incoming(self, delivery: Any, link: Any) -> None:
         if not delivery.readable or delivery.partial:
             return
         data = link.recv(delivery.pending)
         link.advance()
         kind: str = getattr(link, "kind", "")
+        if not link.state & Endpoint.LOCAL_ACTIVE:  # a transfer racing our refusal
+            kind = "refused"
         message = Message()
         try:
             if len(data) > MAX_MESSAGE_SIZE:
@@ -609,7 +613,7 @@ class _Handler:
             message.decode(data)
             if kind == "producer":
                 with self.b._lock:
-                    self.b._accept(link.path, message)  # type: ignore[attr-defined]
+                    self.b._accept(link.path, message)
                 delivery.update(Delivery.ACCEPTED)
                 self.b.wake()
             elif kind == "cbs-in":
@@ -630,8 +634,8 @@ class _Handler:
         if link.credit < 50:
             link.flow(100 - link.credit)
 
-    def _put_token(self, link: Link, request: Message) -> tuple[int, str, dict[str, Any], Any, str]:
-        props = request.properties or {}
+    def _put_token(self, link: Any, request: Message) -> tuple[int, str, dict[str, Any], Any, str]:
+        props: dict[Any, Any] = dict(request.properties or {})
         token = _as_str(request.body) or ""
         audience = _as_str(props.get("name")) or ""
         codes = ("status-code", "status-description")
@@ -652,9 +656,16 @@ class _Handler:
         prefix = "SharedAccessSignature "
         if not token.startswith(prefix):
             raise ValueError("not a SharedAccessSignature")
-        fields = {k: v[0] for k, v in parse_qs(token[len(prefix):], keep_blank_values=True).items()}
+        fields = {
+            k: v[0] for k, v in parse_qs(token[len(prefix) :], keep_blank_values=True).items()
+        }
         try:
-            resource, sig, expiry, key_name = fields["sr"], fields["sig"], fields["se"], fields["skn"]
+            resource, sig, expiry, key_name = (
+                fields["sr"],
+                fields["sig"],
+                fields["se"],
+                fields["skn"],
+            )
         except KeyError as exc:
             raise ValueError(f"missing {exc}") from None
         if key_name != self.b.key_name:
@@ -673,7 +684,7 @@ class _Handler:
 
     def _reply(
         self,
-        link: Link,
+        link: Any,
         request: Message,
         status: int,
         description: str,
@@ -684,10 +695,10 @@ class _Handler:
         code_field, text_field = fields.split("|")
         response = Message()
         response.correlation_id = request.id
-        response.properties = {code_field: status, text_field: description, **app}
+        response.properties = {code_field: status, text_field: description, **app}  # type: ignore[assignment]
         response.body = body
         reply_to = request.reply_to
-        out_kind = "cbs-out" if link.kind == "cbs-in" else "mgmt-out"  # type: ignore[attr-defined]
+        out_kind = "cbs-out" if link.kind == "cbs-in" else "mgmt-out"
         for candidate in _links(link.connection):
             if (
                 candidate.session == link.session
@@ -699,7 +710,7 @@ class _Handler:
                 return
         _log.warning("no reply link for %s", reply_to)
 
-    def _flush(self, link: Link) -> None:
+    def _flush(self, link: Any) -> None:
         queue = self.outbox.get(link, [])
         while queue and link.credit > 0:
             message = queue.pop(0)
@@ -708,12 +719,13 @@ class _Handler:
             link.advance()
 
     # -- management ------------------------------------------------------------------------
-    def _management(self, link: Link, request: Message) -> tuple[int, str, dict[str, Any], Any]:
-        op = _as_str((request.properties or {}).get("operation"))
+    def _management(self, link: Any, request: Message) -> tuple[int, str, dict[str, Any], Any]:
+        request_props: dict[Any, Any] = dict(request.properties or {})
+        op = _as_str(request_props.get("operation"))
         body = request.body if isinstance(request.body, dict) else {}
         body = {_as_str(k): v for k, v in body.items()}
         b = self.b
-        path: str = link.path  # type: ignore[attr-defined]
+        path: str = link.path
         try:
             with b._lock:
                 entity = b._entities.get(path)
@@ -760,15 +772,16 @@ class _Handler:
                         item = {_as_str(k): v for k, v in item.items()}
                         message = Message()
                         message.decode(bytes(item["message"]))
-                        raw = (message.annotations or {}).get(
-                            symbol("x-opt-scheduled-enqueue-time")
-                        )
+                        notes: dict[Any, Any] = dict(message.annotations or {})
+                        raw = notes.get(symbol("x-opt-scheduled-enqueue-time"))
                         due = int(raw) if raw is not None else _now_ms()
                         numbers += b._accept(path, message, scheduled_ms=due)
                     return 200, "OK", {}, {"sequence-numbers": _array(Data.LONG, numbers)}
                 if op == f"{VENDOR}:cancel-scheduled-message":
                     assert entity is not None
-                    b._cancel_scheduled(entity, [int(n) for n in body.get("sequence-numbers") or []])
+                    b._cancel_scheduled(
+                        entity, [int(n) for n in body.get("sequence-numbers") or []]
+                    )
                     return 200, "OK", {}, {}
                 raise _Refused("amqp:not-implemented", f"Operation {op} is not implemented.", 501)
         except _Refused as refused:
@@ -781,7 +794,7 @@ class _Handler:
 
     # -- outgoing deliveries and their dispositions ---------------------------------------
     def on_link_flow(self, event: Any) -> None:
-        link: Link = event.link
+        link: Any = event.link
         if link.is_sender:
             if getattr(link, "kind", "") == "consumer":
                 with self.b._lock:
@@ -789,7 +802,7 @@ class _Handler:
             else:
                 self._flush(link)
 
-    def _consumers(self, container: Any) -> Iterator[Link]:
+    def _consumers(self, container: Any) -> Iterator[Any]:
         for conn in list(self.tokens):
             for link in _links(conn):
                 if getattr(link, "kind", "") == "consumer":
@@ -800,8 +813,8 @@ class _Handler:
             for link in list(self._consumers(container)):
                 self._pump(link)
 
-    def _pump(self, link: Link) -> None:
-        entity = self.b._entities.get(link.path)  # type: ignore[attr-defined]
+    def _pump(self, link: Any) -> None:
+        entity = self.b._entities.get(link.path)
         if entity is None or not link.state & Endpoint.LOCAL_ACTIVE:
             return
         pending: dict[uuid.UUID, Lock] = link.__dict__.setdefault("pending", {})
@@ -819,7 +832,7 @@ class _Handler:
         if link.drain_mode and link.credit > 0:
             link.drained()
 
-    def _disposition(self, delivery: Delivery, link: Link, container: Any) -> None:
+    def _disposition(self, delivery: Any, link: Any, container: Any) -> None:
         kind = getattr(link, "kind", "")
         if kind != "consumer":
             if delivery.settled or delivery.remote_state:
@@ -831,20 +844,20 @@ class _Handler:
         token: uuid.UUID | None = getattr(delivery, "lock_token", None)
         if token is None:
             return
-        entity = self.b._entities[link.path]  # type: ignore[attr-defined]
+        entity = self.b._entities[link.path]
         remote = delivery.remote
         outcome, reason, description = "release", None, None
         if state == Disposition.ACCEPTED:
             outcome = "complete"
         elif state == Disposition.MODIFIED:
-            if remote.undeliverable:
-                outcome = "defer"
-            else:
-                outcome = "abandon" if remote.failed else "release"
+            outcome = (
+                "defer" if remote.undeliverable else ("abandon" if remote.failed else "release")
+            )
         elif state == Disposition.REJECTED:
             outcome = "dead-letter"
             condition = remote.condition
-            info = {_as_str(k): v for k, v in ((condition.info if condition else None) or {}).items()}
+            raw_info: Any = (condition.info if condition else None) or {}
+            info = {_as_str(k): v for k, v in raw_info.items()}
             reason = _as_str(info.get("DeadLetterReason"))
             description = _as_str(info.get("DeadLetterErrorDescription"))
             if condition is not None and condition.description and description is None:
@@ -893,5 +906,3 @@ def main() -> None:  # pragma: no cover - manual use
 
 if __name__ == "__main__":  # pragma: no cover
     main()
-
-_unused = ulong  # re-exported type kept for tests building raw requests
