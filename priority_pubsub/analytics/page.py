@@ -33,6 +33,7 @@ h1{margin-bottom:4px}h2{margin-top:32px;border-bottom:2px solid #ddd;padding-bot
 .tile b{display:block;font-size:22px}.charts{display:flex;flex-wrap:wrap;gap:16px}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #ddd;padding:4px 8px;text-align:right}th{background:#f4f4f4}
+td.l{white-space:nowrap}
 td.l,th.l{text-align:left}.bad{color:#b71c1c;font-weight:bold}
 pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;word-break:break-all;font-size:12px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px}
@@ -293,8 +294,8 @@ def _capacity(d: PageData) -> str:
         ""
         if need is None
         else f"<p><b>To keep 95% of every priority's waits under {duration(d.target_wait_s)}, "
-        f"about {need} workers are needed</b>; at most {d.observed_peak} deliveries "
-        "were in flight at once in this journal.</p>"
+        f"about {need} worker{'s' if need != 1 else ''} needed</b>; at most "
+        f"{d.observed_peak} deliveries were in flight at once in this journal.</p>"
     )
     return (
         "<h2>Capacity</h2>"

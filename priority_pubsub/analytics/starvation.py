@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 _ENQ, _HIGHER, _RECEIVE = 0, 1, 2
+RESULT_SCHEMA = (
+    "priority int, windows long, window_start_ms long, window_end_ms long, duration_s double, "
+    "higher_priority_deliveries long"
+)
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,11 @@ class StarvationRow:
     higher_priority_deliveries: int
 
 
-def _events(derived: DataFrame, targets: DataFrame) -> DataFrame:
+def _events(derived: DataFrame, targets: DataFrame, lowest_target: int) -> DataFrame:
     """Per target priority: its enqueues and receives, plus every higher-priority receive."""
     from pyspark.sql import functions as F
 
-    first = derived.where(F.col("attempt") == 1)
+    first = derived.where((F.col("attempt") == 1) & (F.col("priority") >= lowest_target))
     enq_ms = F.least(F.col("enqueued_ms"), F.col("received_ms"))  # clock skew: never after
     own = first.select(F.col("priority").alias("target"), enq_ms.alias("t"))
     enqueues = own.select("target", "t", F.lit(_ENQ).alias("kind"), F.lit(1).alias("delta"))
@@ -60,7 +64,7 @@ def _events(derived: DataFrame, targets: DataFrame) -> DataFrame:
         .join(F.broadcast(targets), F.col("src") < F.col("target"))
         .select("target", "t", F.lit(_HIGHER).alias("kind"), F.lit(0).alias("delta"))
     )
-    return enqueues.unionByName(receives).unionByName(higher).join(targets, "target")
+    return enqueues.unionByName(receives).unionByName(higher)
 
 
 def _windows(events: DataFrame) -> DataFrame:
@@ -103,24 +107,22 @@ def starvation(
     lower = [(p,) for p in sorted(priorities)[1:]]
     schema = "target int"
     targets = spark.createDataFrame(lower, schema)
-    windows = _windows(_events(derived, targets)).where(F.col("higher") > 0)
+    if not lower:
+        return spark.createDataFrame([], RESULT_SCHEMA)
+    windows = _windows(_events(derived, targets, lower[0][0])).where(F.col("higher") > 0)
     windows = windows.withColumn("duration_ms", F.col("end_ms") - F.col("start_ms"))
     worst = windows.groupBy("target").agg(
         F.count("*").alias("windows"),
         F.max_by(F.struct("start_ms", "end_ms", "higher"), F.col("duration_ms")).alias("w"),
         F.max("duration_ms").alias("duration_ms"),
     )
-    return (
-        targets.join(worst, "target", "left")
-        .select(
-            F.col("target").alias("priority"),
-            F.coalesce(F.col("windows"), F.lit(0)).alias("windows"),
-            F.col("w.start_ms").alias("window_start_ms"),
-            F.col("w.end_ms").alias("window_end_ms"),
-            (F.coalesce(F.col("duration_ms"), F.lit(0)) / 1000.0).alias("duration_s"),
-            F.coalesce(F.col("w.higher"), F.lit(0)).alias("higher_priority_deliveries"),
-        )
-        .orderBy("priority")
+    return targets.join(worst, "target", "left").select(
+        F.col("target").alias("priority"),
+        F.coalesce(F.col("windows"), F.lit(0)).alias("windows"),
+        F.col("w.start_ms").alias("window_start_ms"),
+        F.col("w.end_ms").alias("window_end_ms"),
+        (F.coalesce(F.col("duration_ms"), F.lit(0)) / 1000.0).alias("duration_s"),
+        F.coalesce(F.col("w.higher"), F.lit(0)).alias("higher_priority_deliveries"),
     )
 
 
@@ -134,5 +136,5 @@ def collect_rows(table: DataFrame) -> list[StarvationRow]:
             duration_s=float(r["duration_s"]),
             higher_priority_deliveries=int(r["higher_priority_deliveries"]),
         )
-        for r in table.collect()
+        for r in sorted(table.collect(), key=lambda r: int(r["priority"]))
     ]

@@ -1,0 +1,116 @@
+"""Starvation windows and capacity figures on constructed journals with known answers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from priority_pubsub.analytics import capacity as cap
+from priority_pubsub.analytics.starvation import collect_rows, starvation
+from priority_pubsub.analytics.tables import with_derived
+from priority_pubsub.journal import JournalRecord
+from tests.spark import expect, journals
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+def frame(spark: SparkSession, tmp_path: Path, records: list[JournalRecord]) -> DataFrame:
+    """The records as the report sees them: a real file read with the journal schema."""
+    from priority_pubsub.analytics.load import load
+
+    path = journals.write(tmp_path / "journal-1.jsonl", records)
+    loaded = load(spark, str(path), None, None)
+    assert loaded.counts.bad == 0
+    return with_derived(loaded.valid)
+
+
+def test_longest_starvation_window_per_lower_priority(spark: SparkSession, tmp_path: Path) -> None:
+    derived = frame(spark, tmp_path, journals.starvation_journal())
+    rows = {r.priority: r for r in collect_rows(starvation(spark, derived))}
+    assert set(rows) == {1, 2}  # the highest priority cannot be starved
+    t0 = journals.T0
+    p1 = rows[1]
+    assert (p1.window_start_ms, p1.window_end_ms) == (t0, t0 + 20_000)
+    assert p1.duration_s == 20.0
+    assert p1.higher_priority_deliveries == 10
+    assert p1.windows == 3  # A, B and E; C and D waited without anything more urgent served
+    p2 = rows[2]
+    assert (p2.window_start_ms, p2.window_end_ms, p2.duration_s) == (t0, t0 + 100_000, 100.0)
+    assert p2.higher_priority_deliveries == 17  # 12 of priority 0 and 5 of priority 1
+    assert p2.windows == 1
+
+
+def test_single_priority_has_no_starvation_rows(spark: SparkSession, tmp_path: Path) -> None:
+    only_high = [r for r in journals.starvation_journal() if r.priority == 0]
+    derived = frame(spark, tmp_path, only_high)
+    assert collect_rows(starvation(spark, derived)) == []
+
+
+@pytest.mark.parametrize(("c", "a"), [(3, 2.0), (1, 0.5), (12, 10.0), (40, 35.5)])
+def test_erlang_c_matches_the_closed_form(c: int, a: float) -> None:
+    assert cap.erlang_c(c, a) == pytest.approx(expect.exact_erlang_c(c, a), rel=1e-9)
+
+
+def test_erlang_c_textbook_value_and_edges() -> None:
+    assert cap.erlang_c(3, 2.0) == pytest.approx(4 / 9)  # A = 2 Erlang, 3 agents
+    assert cap.erlang_c(2, 2.0) == 1.0  # unstable: everyone waits
+    assert cap.erlang_c(5, 0.0) == 0.0
+    assert cap.workers_needed(0.0, 10.0, 60.0) == 0
+    assert cap.workers_needed(1.0, 0.0, 60.0) == 1
+
+
+def test_workers_needed_is_the_smallest_meeting_the_target() -> None:
+    rate, service, target = 0.5, 20.0, 5.0  # 10 busy workers on average
+    needed = cap.workers_needed(rate, service, target)
+    assert needed is not None
+    assert cap.wait_tail(needed, rate, service, target) <= 0.05
+    assert cap.wait_tail(needed - 1, rate, service, target) > 0.05
+    assert needed > 10
+    # a looser target never needs more workers
+    loose = cap.workers_needed(rate, service, 600.0)
+    assert loose is not None
+    assert loose <= needed
+
+
+def test_capacity_from_a_constructed_journal(spark: SparkSession, tmp_path: Path) -> None:
+    derived = frame(spark, tmp_path, journals.capacity_journal())
+    rows = {r.priority: r for r in cap.capacity(derived, target_wait_s=5.0)}
+    span_s = (359 * 10_000) / 1000  # first-delivery enqueues from T0 to T0 + 3590 s
+    p0, p1 = rows[0], rows[1]
+    assert p0.deliveries == 360
+    assert p0.arrival_rate_per_s == pytest.approx(360 / span_s)
+    assert p0.mean_service_s == pytest.approx(20.0)
+    assert p0.offered_load == pytest.approx(360 / span_s * 20)
+    assert p1.mean_service_s == pytest.approx(100.0)
+    assert p1.cumulative_load == pytest.approx(p0.offered_load + 36 / span_s * 100)
+    # M/M/c answers, checked with the closed form: P(wait > T) = C(c, a) exp(-(c - a) T / S)
+    rate0, rate1 = 360 / span_s, 36 / span_s
+    for row, rate, mean_s in ((p0, rate0, 20.0), (p1, rate0 + rate1, row_mix(rate0, rate1))):
+        c, a = row.workers_needed, row.cumulative_load
+        assert c is not None
+        assert a == pytest.approx(rate * mean_s)
+        assert exact_tail(c, a, mean_s, 5.0) <= 0.05 < exact_tail(c - 1, a, mean_s, 5.0)
+    assert p0.workers_needed == 5
+    assert p1.workers_needed is not None
+    assert p1.workers_needed > p0.workers_needed
+    # observed: two p0 tasks always overlap, p1 runs one at a time, three at once overall
+    assert (p0.observed_max_in_flight, p1.observed_max_in_flight) == (2, 1)
+    assert cap.observed_peak(derived) == 3
+    assert p0.observed_mean_in_flight == pytest.approx(360 * 20 / span_s)
+
+
+def row_mix(rate0: float, rate1: float) -> float:
+    """Rate-weighted mean service time of priorities 0 (20 s) and 1 (100 s)."""
+    return (rate0 * 20.0 + rate1 * 100.0) / (rate0 + rate1)
+
+
+def exact_tail(c: int, a: float, mean_s: float, wait_s: float) -> float:
+    if c <= a:
+        return 1.0
+    return expect.exact_erlang_c(c, a) * math.exp(-(c - a) * wait_s / mean_s)
