@@ -210,10 +210,10 @@ class ServiceBusDriver:
                 with contextlib.suppress(Exception):
                     await lock.receiver.abandon_message(lock.message)
         self._held.clear()
-        for task in self._inflight.values():
+        for task in list(self._inflight.values()):
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(task, self.options.max_wait_s + 5)
-        for queue, stash in self._stash.items():
+        for queue, stash in list(self._stash.items()):
             receiver = self._receivers[queue]
             for sdk_message in stash:
                 with contextlib.suppress(Exception):
