@@ -69,7 +69,11 @@ def run(config: ConfigOption = None) -> None:
 
     settings = _settings(config)
     configure_logging(settings.log.level, settings.log.format)
-    _run_reporting(Sidecar(settings).run())
+
+    async def serve() -> None:  # built inside: a driver may refuse its options (exit 2)
+        await Sidecar(settings).run()
+
+    _run_reporting(serve())
 
 
 @app.command()

@@ -215,7 +215,21 @@ def _read_with_dynaconf(config_path: Path) -> dict[str, Any]:
         detail = " ".join(str(exc).split())
         raise ConfigError(f"{config_path}: cannot parse: {detail}") from None
     data.pop("CONFIG", None)  # PRIORITY_PUBSUB_CONFIG names the file, it is not a key
-    return {str(key).lower(): _env_keys_lowered(value) for key, value in data.items()}
+    settings = {str(key).lower(): _env_keys_lowered(value) for key, value in data.items()}
+    _secrets_verbatim_from_env(settings)
+    return settings
+
+
+# Secrets are text: dynaconf would parse a token of digits ("1234") as an int and "1e5" as a
+# float. Their environment values are taken verbatim instead.
+SECRET_KEYS = (("app", "api_token"), ("driver", "connection_string"))
+
+
+def _secrets_verbatim_from_env(settings: dict[str, Any]) -> None:
+    for section, key in SECRET_KEYS:
+        raw = os.environ.get(f"{ENV_PREFIX}_{section.upper()}__{key.upper()}")
+        if raw is not None and isinstance(settings.get(section, {}), dict):
+            settings.setdefault(section, {})[key] = raw
 
 
 def _env_keys_lowered(value: Any) -> Any:

@@ -41,14 +41,22 @@ class Dispatcher:
         self._names = settings.queue_names
         self._weights = [q.weight for q in settings.queues]
         self._idle_wait_s = idle_wait_s
+        self._quiet = False
         self.healthy = True
 
     async def take(self, free: int) -> list[Message]:
-        """Up to ``free`` messages, highest priority first; waits while all queues are empty."""
-        messages = await self._sweep(free, frozenset())
-        if messages:
-            return messages
+        """Up to ``free`` messages, highest priority first; waits while all queues are empty.
+
+        After a waiting round in which every queue stayed empty, the next round waits again
+        at once: the waits covered every queue, so a sweep would only repeat their answer
+        (on SQS that halves the idle cost to one ReceiveMessage per queue per long poll).
+        """
+        if not self._quiet:
+            messages = await self._sweep(free, frozenset())
+            if messages:
+                return messages
         woken = await self._wait_any(free)
+        self._quiet = not woken
         if not woken:
             return []
         if self._settings.scheduling == "strict":

@@ -6,6 +6,9 @@ import os
 
 import pytest
 
+# Session fixtures for real servers, shared by driver and end-to-end tests (one each per run).
+pytest_plugins = ["tests.support.pubsub_emulator", "tests.support.moto_server"]
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

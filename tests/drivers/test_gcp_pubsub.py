@@ -32,11 +32,9 @@ from tests.support.pubsub_emulator import (
     PROJECT,
     Emulator,
     PubSubAdmin,
-    pubsub_emulator,
 )
 
 pytestmark = pytest.mark.gcp
-__all__ = ["pubsub_emulator"]  # the session fixture, imported so pytest finds it
 
 
 @dataclass

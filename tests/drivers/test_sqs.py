@@ -33,14 +33,13 @@ from priority_pubsub.message import Message
 from priority_pubsub.transforms.base import Payload
 from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
-from tests.support.moto_server import MotoServer, free_port, moto_server
+from tests.support.moto_server import MotoServer, free_port
 
 if TYPE_CHECKING:
     from types_boto3_sns import SNSClient
     from types_boto3_sqs import SQSClient
 
 pytestmark = pytest.mark.sqs
-__all__ = ["moto_server"]  # the session fixture, re-exported for pytest
 
 LEASE_S = 2.0
 

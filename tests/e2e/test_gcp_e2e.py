@@ -17,11 +17,10 @@ from google.pubsub_v1.types import DeadLetterPolicy, PubsubMessage, ReceivedMess
 
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import RecordingApp, Reply
-from tests.support.pubsub_emulator import PROJECT, Emulator, pubsub_emulator
+from tests.support.pubsub_emulator import PROJECT, Emulator
 from tests.support.sidecar import SidecarProcess
 
 pytestmark = pytest.mark.gcp
-__all__ = ["pubsub_emulator"]  # the session fixture, re-exported for pytest
 
 DAPR_EVENT = {
     "id": "5929aaac-a5e2-4ca1-859c-edfe73f11565", "specversion": "1.0",

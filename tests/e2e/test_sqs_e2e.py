@@ -17,14 +17,13 @@ import pytest
 from priority_pubsub.drivers.sqs import dapr_cloudevent
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
-from tests.support.moto_server import MotoServer, moto_server
+from tests.support.moto_server import MotoServer
 from tests.support.sidecar import SidecarProcess, cli, write_config
 
 if TYPE_CHECKING:
     from types_boto3_sqs import SQSClient
 
 pytestmark = pytest.mark.sqs
-__all__ = ["moto_server"]  # the session fixture, re-exported for pytest
 
 
 class Topology:

@@ -124,11 +124,6 @@ def test_default_values_config_is_accepted(
     assert str(settings.journal.path) == "/data/journal"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config.py: dynaconf parses PRIORITY_PUBSUB_APP__API_TOKEN=1234567890 as an int "
-    "and SecretStr refuses it; remove this mark once fixed",
-)
 def test_a_numeric_secret_stays_a_string(
     helm: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -57,7 +57,7 @@ def test_consumer_chart_gets_the_sidecar(helm: Helm, consumer_chart: Path, nativ
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["priority-pubsub-config"]["configMap"]["name"] == configmap
     assert pod["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
-    assert pod["terminationGracePeriodSeconds"] == 45 + 15
+    assert pod["terminationGracePeriodSeconds"] == 45 + 15 + 20  # grace, margin, SQS long poll
     annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert len(annotations["checksum/priority-pubsub-config"]) == 64
 

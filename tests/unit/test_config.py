@@ -39,6 +39,14 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
     assert "s3cret-token" not in str(settings.model_dump(mode="json"))
 
 
+@pytest.mark.parametrize("token", ["1234567890", "1e5", "true", "[x]"])
+def test_secret_from_environment_is_taken_verbatim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str
+) -> None:
+    monkeypatch.setenv("PRIORITY_PUBSUB_APP__API_TOKEN", token)
+    assert load_config(write(tmp_path, MINIMAL)).app.api_token.get_secret_value() == token
+
+
 def test_config_path_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PRIORITY_PUBSUB_CONFIG", str(write(tmp_path, MINIMAL)))
     assert load_config().queue_names == ("a",)

@@ -109,7 +109,10 @@ tasks, plus a margin to return what is left to the queues.
 */}}
 {{- define "priority-pubsub.terminationGracePeriodSeconds" -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
-{{- add (include "priority-pubsub.graceSeconds" . | int) (int .Values.sidecar.terminationMarginSeconds) }}
+{{- $driver := default dict .Values.config.driver }}
+{{- /* SQS: a running long poll cannot be interrupted; the driver waits for it on close. */}}
+{{- $poll := ternary (int (default 20 $driver.wait_time_s)) 0 (eq (toString $driver.type) "sqs") }}
+{{- add (include "priority-pubsub.graceSeconds" . | int) (int .Values.sidecar.terminationMarginSeconds) $poll }}
 {{- else }}
 {{- int .Values.terminationGracePeriodSeconds }}
 {{- end }}

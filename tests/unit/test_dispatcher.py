@@ -1,0 +1,87 @@
+"""The dispatcher's receive strategy, against an in-memory fake driver (our logic only:
+every real driver runs the same code in the end-to-end suites)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from priority_pubsub.config import Settings, validate_config
+from priority_pubsub.dispatcher import Dispatcher
+from priority_pubsub.message import Lease, Message
+from priority_pubsub.metrics import Metrics
+
+
+class FakeDriver:
+    """Queues of bodies; ``receive`` with a wait sleeps for it unless messages are there."""
+
+    name = "fake"
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.queues: dict[str, deque[str]] = {name: deque() for name in names}
+        self.calls: list[tuple[str, int, float]] = []
+        self.returned: list[str] = []
+
+    async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
+        self.calls.append((queue, max_messages, wait_s))
+        if wait_s and not self.queues[queue]:
+            await asyncio.sleep(wait_s)
+        taken = []
+        while self.queues[queue] and len(taken) < max_messages:
+            body = self.queues[queue].popleft()
+            taken.append(Message(body, queue, self.names.index(queue), body.encode(), {}, 1, 0,
+                                 Lease(None, 0)))
+        return taken
+
+    async def retry(self, message: Message, delay_s: float) -> None:
+        self.returned.append(message.id)
+        self.queues[message.queue].appendleft(message.id)
+
+
+def settings(scheduling: str = "strict") -> Settings:
+    return validate_config({"queues": [{"name": "high"}, {"name": "normal"}, {"name": "low"}],
+                            "scheduling": scheduling})
+
+
+def make(driver: FakeDriver, wait_s: float = 0.05) -> Dispatcher:
+    return Dispatcher(settings(), driver, Metrics(), idle_wait_s=wait_s)  # type: ignore[arg-type]
+
+
+async def test_strict_sweep_fills_free_slots_top_down() -> None:
+    driver = FakeDriver(("high", "normal", "low"))
+    driver.queues["high"].extend(["h1"])
+    driver.queues["normal"].extend(["n1", "n2"])
+    driver.queues["low"].extend(["l1"])
+    got = await make(driver).take(3)
+    assert [m.id for m in got] == ["h1", "n1", "n2"]
+    assert driver.calls == [("high", 3, 0), ("normal", 2, 0)]
+
+
+async def test_idle_rounds_after_a_quiet_one_skip_the_sweep() -> None:
+    driver = FakeDriver(("high", "normal", "low"))
+    dispatcher = make(driver)
+    assert await dispatcher.take(2) == []
+    first_round = len(driver.calls)
+    assert first_round == 6  # sweep of three + a wait on each
+    assert await dispatcher.take(2) == []
+    assert len(driver.calls) - first_round == 3  # waits only
+    assert all(wait > 0 for _, _, wait in driver.calls[first_round:])
+
+
+async def test_waking_on_a_low_message_rechecks_higher_queues_and_returns_surplus() -> None:
+    driver = FakeDriver(("high", "normal", "low"))
+    dispatcher = make(driver, wait_s=0.2)
+    assert await dispatcher.take(1) == []  # now quiet: next take goes straight to waiting
+
+    async def arrive() -> None:
+        await asyncio.sleep(0.05)
+        driver.queues["low"].append("l1")
+        driver.queues["high"].append("h1")  # the high wait is asleep: only a re-check sees it
+
+    arrival = asyncio.create_task(arrive())
+    got = await dispatcher.take(1)
+    await arrival
+    assert [m.id for m in got] == ["h1"]
+    assert driver.returned == ["l1"]
+    assert list(driver.queues["low"]) == ["l1"]
