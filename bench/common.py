@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -102,6 +103,23 @@ def make_settings(
     lease_s: float = 60,
 ) -> Settings:
     """The shipped defaults, plus what a benchmark must pin (queues, app, ports, paths)."""
+    return validate_config(raw_config(directory, driver, queues, app_url=app_url,
+                                      concurrency=concurrency, scheduling=scheduling,
+                                      journal=journal, lease_s=lease_s))
+
+
+def raw_config(
+    directory: Path,
+    driver: dict[str, Any],
+    queues: Sequence[str | dict[str, Any]],
+    *,
+    app_url: str,
+    concurrency: int,
+    scheduling: str = "strict",
+    journal: bool = True,
+    lease_s: float = 60,
+    port: int = 0,
+) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "driver": driver,
         "queues": [q if isinstance(q, dict) else {"name": q} for q in queues],
@@ -110,12 +128,74 @@ def make_settings(
         "app": {"url": app_url, "timeout_s": 60},
         "lease": {"duration_s": lease_s},
         "shutdown": {"grace_s": 5},
-        "server": {"host": "127.0.0.1", "port": 0},
+        "server": {"host": "127.0.0.1", "port": port},
         "log": {"level": "info", "format": "json"},
     }
     if journal:
         raw["journal"] = {"path": str(directory / "journal"), "rotate_mb": 64}
-    return validate_config(raw)
+    return raw
+
+
+class CliSidecar:
+    """``priority-pubsub run`` as a subprocess (what users deploy), logs to a file."""
+
+    def __init__(self, directory: Path, config: dict[str, Any], name: str = "sidecar",
+                 env: dict[str, str] | None = None) -> None:
+        import yaml
+
+        self.port = free_port()
+        config = {**config, "server": {**config["server"], "port": self.port}}
+        self.config_path = directory / f"{name}.yaml"
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self._log = (directory / f"{name}.log").open("wb")
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "priority_pubsub", "run", "-c", str(self.config_path)],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as rsp:
+                return int(rsp.status), bytes(rsp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, b""
+
+    def wait_ready(self, timeout_s: float = 30) -> float:
+        """Seconds from process start to the first 200 on /readyz."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"sidecar exited with {self.process.returncode}")
+            with contextlib.suppress(OSError):
+                if self.get("/readyz")[0] == 200:
+                    return time.perf_counter() - self.started
+            time.sleep(0.01)
+        raise RuntimeError(f"sidecar not ready within {timeout_s}s")
+
+    def metric_sum(self, name: str) -> float:
+        """Sum of all samples of one metric family from /metrics."""
+        _, body = self.get("/metrics")
+        total = 0.0
+        for line in body.decode().splitlines():
+            if line.startswith(name) and (line[len(name)] in " {"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
 
 
 def quiet_logging(path: Path) -> None:

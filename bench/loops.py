@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import aiohttp
 
@@ -38,6 +39,8 @@ class Probe:
     record_ids: bool = False
     first_s: float | None = None
     last_s: float | None = None
+    first_cpu_s: float = 0.0
+    last_cpu_s: float = 0.0
     acked: int = 0
     received: int = 0
     receive_calls: int = 0
@@ -55,6 +58,7 @@ class Probe:
                 stamp = time.time_ns()
                 if self.first_s is None:
                     self.first_s = time.perf_counter()
+                    self.first_cpu_s = time.process_time()
                 self.received += len(batch)
                 self.by_queue[queue] = self.by_queue.get(queue, 0) + len(batch)
                 if self.record_ids:
@@ -67,6 +71,7 @@ class Probe:
             self.acked += 1
             if self.acked >= self.target and not self.done.is_set():
                 self.last_s = time.perf_counter()
+                self.last_cpu_s = time.process_time()
                 self.done.set()
 
         setattr(driver, "receive", timed_receive)  # noqa: B010 - instance patch, on purpose
@@ -77,6 +82,19 @@ class Probe:
         if self.first_s is None or self.last_s is None or self.last_s <= self.first_s:
             return None
         return self.acked / (self.last_s - self.first_s)
+
+    @property
+    def result(self) -> Result:
+        cpu = (self.last_cpu_s - self.first_cpu_s) / self.acked * 1e6 if self.rate else None
+        return Result(self.rate, cpu)
+
+
+class Result(NamedTuple):
+    """Messages per second, and CPU µs this process spent per message (all threads), both
+    from the first message received to the last settled: start-up and shutdown excluded."""
+
+    rate: float | None
+    cpu_us: float | None
 
 
 def to_request(message: Message) -> AppRequest:
@@ -97,7 +115,7 @@ def client_session(concurrency: int) -> aiohttp.ClientSession:
 
 
 async def broker_limit(settings: Settings, queue: str, count: int, concurrency: int,
-                       timeout_s: float) -> float | None:
+                       timeout_s: float) -> Result:
     driver = build_driver(settings)
     await driver.start()
     state = {"acked": 0}
@@ -117,7 +135,7 @@ async def broker_limit(settings: Settings, queue: str, count: int, concurrency: 
 
 
 async def app_limit(url: str, requests: Sequence[AppRequest], concurrency: int,
-                    timeout_s: float) -> float | None:
+                    timeout_s: float) -> Result:
     async with client_session(concurrency) as session:
         cursor = iter(range(len(requests)))
 
@@ -131,7 +149,7 @@ async def app_limit(url: str, requests: Sequence[AppRequest], concurrency: int,
 
 
 async def naive_forwarder(settings: Settings, queue: str, count: int, concurrency: int,
-                          timeout_s: float) -> float | None:
+                          timeout_s: float) -> Result:
     driver = build_driver(settings)
     await driver.start()
     state = {"acked": 0}
@@ -174,8 +192,8 @@ async def run_sidecar(settings: Settings, count: int, timeout_s: float,
 
 
 async def _timed(work: Callable[[], Awaitable[None]], concurrency: int, count: int,
-                 timeout_s: float) -> float | None:
-    started = time.perf_counter()
+                 timeout_s: float) -> Result:
+    started, cpu = time.perf_counter(), time.process_time()
     tasks = [asyncio.ensure_future(work()) for _ in range(concurrency)]
     done, pending = await asyncio.wait(tasks, timeout=timeout_s)
     for task in pending:
@@ -184,5 +202,6 @@ async def _timed(work: Callable[[], Awaitable[None]], concurrency: int, count: i
     for task in done:
         task.result()
     if pending:
-        return None
-    return count / (time.perf_counter() - started)
+        return Result(None, None)
+    return Result(count / (time.perf_counter() - started),
+                  (time.process_time() - cpu) / count * 1e6)

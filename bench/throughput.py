@@ -13,7 +13,10 @@ process:
                      queues on every take (the cost of priorities)
   wrk                the native HTTP ceiling of the app, for context (when wrk is installed)
 
-Reports the best of the rounds for each, d/min(a,b) and d/c.
+Reports the best of the rounds for each, d/min(a,b) and d/c, and the CPU time this process
+spent per message (best of the rounds): on a shared machine the CPU cost per message is the
+steadier measure of the sidecar's own overhead, so ``cpu c/d`` (naive CPU / sidecar CPU per
+message, >= 1.0 means the sidecar costs no more than the naive loop) is reported next to d/c.
 
     python -m bench.throughput --driver local --messages 2000 --rounds 2
 """
@@ -42,6 +45,7 @@ from bench.common import (
     temp_dir,
 )
 from bench.loops import (
+    Result,
     app_limit,
     broker_limit,
     fake_message,
@@ -55,14 +59,25 @@ DEFAULT_MESSAGES = {"local": 2000, "sqs": 300, "gcp_pubsub": 1000}
 
 
 async def run_mode(mode: str, broker: Broker, directory: Path, app: AppProcess,
-                   concurrency: int, count: int, tag: str, timeout_s: float) -> float | None:
+                   concurrency: int, count: int, tag: str,
+                   timeout_s: float) -> Result:
+    """msgs/s and CPU µs of this process per message. CPU per message is far steadier than
+    the rate when other work shares the machine; for SQS and Pub/Sub it includes the SDK."""
+    if mode != "b":
+        queue = f"bench-{tag}"
+        queues = [f"hi-{tag}", f"mid-{tag}", queue] if mode == "d3" else [queue]
+        await broker.create(queues)
+        await broker.preload(queue, count)
+    return await _measure(mode, broker, directory, app, concurrency, count, tag, timeout_s)
+
+
+async def _measure(mode: str, broker: Broker, directory: Path, app: AppProcess,
+                   concurrency: int, count: int, tag: str, timeout_s: float) -> Result:
     if mode == "b":
         requests = [to_request(fake_message(i, sample_body(i))) for i in range(count)]
         return await app_limit(app.url, requests, concurrency, timeout_s)
     queue = f"bench-{tag}"
     queues = [f"hi-{tag}", f"mid-{tag}", queue] if mode == "d3" else [queue]
-    await broker.create(queues)
-    await broker.preload(queue, count)
     settings = make_settings(directory / tag, broker.driver_config(), queues,
                              app_url=app.url, concurrency=concurrency)
     if mode == "a":
@@ -70,7 +85,7 @@ async def run_mode(mode: str, broker: Broker, directory: Path, app: AppProcess,
     if mode == "c":
         return await naive_forwarder(settings, queue, count, concurrency, timeout_s)
     probe = await run_sidecar(settings, count, timeout_s)
-    return probe.rate
+    return probe.result
 
 
 async def run_wrk(app: AppProcess, concurrency: int, duration_s: float) -> float | None:
@@ -92,7 +107,8 @@ async def run_wrk(app: AppProcess, concurrency: int, duration_s: float) -> float
 
 
 async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: int,
-                       timeout_s: float, wrk_s: float) -> dict[str, Any]:
+                       timeout_s: float, wrk_s: float,
+                       modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     with temp_dir(name) as directory:
         broker = open_broker(name, directory)
         try:
@@ -100,15 +116,21 @@ async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: 
                 samples: dict[int, dict[str, list[float | None]]] = {
                     c: {m: [] for m in MODES} for c in concurrencies
                 }
+                cpu: dict[int, dict[str, list[float]]] = {
+                    c: {m: [] for m in MODES} for c in concurrencies
+                }
                 for round_no in range(rounds):
                     for c in concurrencies:
-                        shift = (round_no + c) % len(MODES)
-                        for mode in MODES[shift:] + MODES[:shift]:
+                        shift = (round_no + c) % len(modes)
+                        for mode in modes[shift:] + modes[:shift]:
                             tag = f"r{round_no}-c{c}-{mode}"
-                            rate = await run_mode(mode, broker, directory, app, c, count, tag,
-                                                  timeout_s)
+                            rate, cpu_us = await run_mode(mode, broker, directory, app, c, count,
+                                                          tag, timeout_s)
                             samples[c][mode].append(rate)
-                            log(f"{name} round {round_no} c={c} {mode}: {rounded(rate)} msg/s")
+                            if cpu_us is not None:
+                                cpu[c][mode].append(cpu_us)
+                            log(f"{name} round {round_no} c={c} {mode}: {rounded(rate)} msg/s, "
+                                f"{rounded(cpu_us)} CPU us/msg")
                 wrk = {c: await run_wrk(app, c, wrk_s) for c in concurrencies} if wrk_s else {}
         finally:
             await broker.close()
@@ -117,6 +139,7 @@ async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: 
         best = {m: max((v for v in samples[c][m] if v is not None), default=None)
                 for m in MODES}
         limit = min((v for v in (best["a"], best["b"]) if v is not None), default=None)
+        cpu_us = {m: min(cpu[c][m], default=None) for m in MODES}
         results.append({
             "concurrency": c,
             **{f"{m}_msgs_s": rounded(best[m]) for m in MODES},
@@ -124,6 +147,8 @@ async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: 
             "d_over_min_ab": ratio(best["d"], limit),
             "d_over_c": ratio(best["d"], best["c"]),
             "d3_over_d": ratio(best["d3"], best["d"]),
+            **{f"{m}_cpu_us_per_msg": rounded(cpu_us[m]) for m in MODES},
+            "cpu_c_over_d": ratio(cpu_us["c"], cpu_us["d"]),
             "rounds": {m: [rounded(v) for v in samples[c][m]] for m in MODES},
         })
     return {"messages": count, "rounds": rounds, "results": results}
@@ -134,7 +159,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     for name in args.driver:
         count = args.messages or DEFAULT_MESSAGES[name]
         out[name] = await bench_driver(name, args.concurrency, count, args.rounds,
-                                       args.timeout_s, args.wrk_s)
+                                       args.timeout_s, args.wrk_s, tuple(args.mode))
     return out
 
 
@@ -145,12 +170,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, action="append")
     parser.add_argument("--messages", type=int, default=0,
                         help=f"M per run (default per driver: {DEFAULT_MESSAGES})")
+    parser.add_argument("--mode", action="append", choices=MODES,
+                        help="only these modes (default all; for profiling one of them)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout-s", type=float, default=120)
     parser.add_argument("--wrk-s", type=float, default=2, help="0 skips wrk")
     args = parser.parse_args()
     args.driver = args.driver or ["local"]
     args.concurrency = args.concurrency or [1, 4, 16, 64]
+    args.mode = args.mode or list(MODES)
     with temp_dir("logs") as directory:
         quiet_logging(directory / "sidecar.log")
         drivers = uvloop.run(main_async(args))
@@ -159,10 +187,11 @@ def main() -> None:
         for r in result["results"]:
             rows.append([name, r["concurrency"], r["a_msgs_s"], r["b_msgs_s"], r["c_msgs_s"],
                          r["d_msgs_s"], r["d3_msgs_s"], r["wrk_req_s"], r["d_over_min_ab"],
-                         r["d_over_c"]])
+                         r["d_over_c"], r["c_cpu_us_per_msg"], r["d_cpu_us_per_msg"],
+                         r["cpu_c_over_d"]])
     emit("throughput", {"drivers": drivers},
          ["driver", "conc", "a broker", "b app", "c naive", "d sidecar", "d3 (3 queues)",
-          "wrk", "d/min(a,b)", "d/c"], rows)
+          "wrk", "d/min(a,b)", "d/c", "c CPU us/msg", "d CPU us/msg", "cpu c/d"], rows)
 
 
 if __name__ == "__main__":

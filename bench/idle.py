@@ -1,0 +1,209 @@
+"""Idle cost: broker calls per minute per queue with empty queues, idle CPU, pickup time.
+
+local: the CLI sidecar (``priority-pubsub run``, three empty queues) as a subprocess; its
+receive calls from ``priority_pubsub_receive_calls_total``, its CPU from /proc over the window.
+In parallel, an in-process sidecar on its own queue file counts every SQLite job (receives and
+the ``PRAGMA data_version`` polls that notice other processes' commits). Then a high-priority
+message is published from this (another) process, several times, and the time until it
+reaches the app is measured.
+
+sqs (``--driver sqs``, ministack): an in-process sidecar with three empty queues; every
+ReceiveMessage is counted by a botocore ``before-call`` hook on the driver's client; pickup is
+timed from SendMessage (by this process) to the app.
+
+    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from bench.brokers import LocalBroker, SqsBroker
+from bench.common import (
+    AppProcess,
+    CliSidecar,
+    emit,
+    log,
+    make_settings,
+    median,
+    proc_cpu_s,
+    quiet_logging,
+    raw_config,
+    rounded,
+    sample_body,
+    temp_dir,
+)
+from priority_pubsub.drivers.base import DriverContext
+from priority_pubsub.drivers.local import LocalDriver, LocalOptions
+from priority_pubsub.sidecar import Sidecar, build_driver
+
+QUEUES = ["high", "normal", "low"]
+
+
+async def count_sqlite_jobs(directory: Path, app: AppProcess, window_s: float) -> float:
+    """SQLite jobs per minute of an idle in-process sidecar (3 queues)."""
+    broker = LocalBroker(directory / "inproc")
+    (directory / "inproc").mkdir()
+    settings = make_settings(directory / "inproc", broker.driver_config(), QUEUES,
+                             app_url=app.url, concurrency=4)
+    driver = build_driver(settings)
+    assert isinstance(driver, LocalDriver)
+    worker = driver._db
+    submit = worker.submit
+    jobs = {"n": 0}
+
+    def counted(job: Any, *, write: bool) -> asyncio.Future[Any]:
+        jobs["n"] += 1
+        return submit(job, write=write)
+
+    setattr(worker, "submit", counted)  # noqa: B010 - count at the driver's one entry point
+    sidecar = Sidecar(settings, driver=driver)
+    running = asyncio.create_task(sidecar.run(handle_signals=False))
+    await asyncio.sleep(2)
+    before = jobs["n"]
+    await asyncio.sleep(window_s)
+    per_minute = (jobs["n"] - before) / window_s * 60
+    sidecar.request_stop()
+    await running
+    return per_minute
+
+
+async def pickup_times(app: AppProcess, publish: Any, trials: int) -> list[float]:
+    """Seconds from publish (by this process) to the app seeing the message."""
+    times = []
+    for i in range(trials):
+        await asyncio.sleep(1.5)
+        app.stats()
+        stamp = time.time_ns()
+        message_id = await publish(i)
+        deadline = time.monotonic() + 10
+        seen: dict[str, int] = {}
+        while time.monotonic() < deadline:
+            seen.update(app.stats()["seen"])
+            if message_id in seen:
+                times.append((seen[message_id] - stamp) / 1e9)
+                break
+            await asyncio.sleep(0.01)
+    return times
+
+
+async def local_idle(args: argparse.Namespace) -> dict[str, Any]:
+    with temp_dir("idle") as directory, AppProcess(record=True) as app:
+        config = raw_config(directory, {"type": "local", "path": str(directory / "q.db")},
+                            QUEUES, app_url=app.url, concurrency=4)
+        sidecar = CliSidecar(directory, config)
+        try:
+            sidecar.wait_ready()
+            await asyncio.sleep(2)
+            calls = sidecar.metric_sum("priority_pubsub_receive_calls_total")
+            cpu, started = proc_cpu_s(sidecar.pid), time.monotonic()
+            jobs_per_min = await count_sqlite_jobs(directory, app, args.window_s)
+            elapsed = time.monotonic() - started
+            cpu_pct = (proc_cpu_s(sidecar.pid) - cpu) / elapsed * 100
+            receives = (sidecar.metric_sum("priority_pubsub_receive_calls_total") - calls)
+            driver = LocalDriver(LocalOptions(path=directory / "q.db"),
+                                 DriverContext(queues=("high",)))
+            await driver.start()
+            try:
+                async def publish(i: int) -> str:
+                    return await driver.publish("high", sample_body(i))
+
+                pickups = await pickup_times(app, publish, args.trials)
+            finally:
+                await driver.close()
+        finally:
+            sidecar.stop()
+    return {
+        "window_s": round(elapsed, 1),
+        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
+        "sqlite_jobs_per_min_in_process": rounded(jobs_per_min, 1),
+        "idle_cpu_percent": rounded(cpu_pct, 3),
+        "pickup_s": [rounded(p, 3) for p in pickups],
+        "pickup_median_s": rounded(median(pickups), 3),
+        "pickup_max_s": rounded(max(pickups, default=None) if pickups else None, 3),
+    }
+
+
+async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
+    with temp_dir("idle-sqs") as directory, AppProcess(record=True) as app:
+        broker = SqsBroker(directory)
+        try:
+            await broker.create(QUEUES)
+            settings = make_settings(directory, broker.driver_config(), QUEUES,
+                                     app_url=app.url, concurrency=4)
+            driver = build_driver(settings)
+            counts = {"n": 0}
+
+            def count(**_: Any) -> None:
+                counts["n"] += 1
+
+            client = driver._api.sqs  # type: ignore[attr-defined]
+            client.meta.events.register("before-call.sqs.ReceiveMessage", count)
+            sidecar = Sidecar(settings, driver=driver)
+            running = asyncio.create_task(sidecar.run(handle_signals=False))
+            await asyncio.sleep(3)
+            before, cpu, started = counts["n"], time.process_time(), time.monotonic()
+            await asyncio.sleep(args.sqs_window_s)
+            elapsed = time.monotonic() - started
+            receives = counts["n"] - before
+            cpu_pct = (time.process_time() - cpu) / elapsed * 100
+            url = broker.client.get_queue_url(QueueName="high")["QueueUrl"]
+
+            async def publish(i: int) -> str:
+                answer = await asyncio.to_thread(broker.client.send_message, QueueUrl=url,
+                                                 MessageBody=sample_body(i).decode())
+                return str(answer["MessageId"])
+
+            pickups = await pickup_times(app, publish, args.trials)
+            sidecar.request_stop()
+            await running
+        finally:
+            await broker.close()
+    return {
+        "window_s": round(elapsed, 1),
+        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
+        "process_cpu_percent_in_process": rounded(cpu_pct, 3),
+        "pickup_s": [rounded(p, 3) for p in pickups],
+        "pickup_median_s": rounded(median(pickups), 3),
+        "pickup_max_s": rounded(max(pickups) if pickups else None, 3),
+    }
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in args.driver:
+        log(f"idle: {name} ...")
+        out[name] = await (local_idle(args) if name == "local" else sqs_idle(args))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--driver", action="append", choices=["local", "sqs"])
+    parser.add_argument("--window-s", type=float, default=30)
+    parser.add_argument("--sqs-window-s", type=float, default=60,
+                        help="SQS long polls last 20 s: use a multiple of it")
+    parser.add_argument("--trials", type=int, default=5, help="pickup measurements")
+    args = parser.parse_args()
+    args.driver = args.driver or ["local"]
+    with temp_dir("logs") as directory:
+        quiet_logging(directory / "sidecar.log")
+        result = uvloop.run(main_async(args))
+    rows = [[name, r["receive_calls_per_min_per_queue"],
+             r.get("sqlite_jobs_per_min_in_process"),
+             r.get("idle_cpu_percent", r.get("process_cpu_percent_in_process")),
+             r["pickup_median_s"], r["pickup_max_s"]] for name, r in result.items()]
+    emit("idle", {"drivers": result},
+         ["driver", "receives/min/queue", "sqlite jobs/min", "idle CPU %", "pickup p50 s",
+          "pickup max s"], rows)
+
+
+if __name__ == "__main__":
+    main()
