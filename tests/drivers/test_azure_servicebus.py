@@ -78,9 +78,9 @@ class Bus:
         sender = self.senders.get(queue)
         if sender is None:  # opening a link costs a CBS round trip: keep one per queue
             sender = self.senders[queue] = self.client.get_queue_sender(queue)
-        await sender.send_messages(
-            ServiceBusMessage(body, application_properties=dict(attributes or {}))
-        )
+        props: dict[str | bytes, Any] = {}
+        props.update((attributes or {}).items())
+        await sender.send_messages(ServiceBusMessage(body, application_properties=props))
 
     async def dead_letters(self, queue: str) -> list[DeadLetter]:
         found: list[DeadLetter] = []

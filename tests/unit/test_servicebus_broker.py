@@ -74,7 +74,9 @@ async def test_settle_after_the_broker_dropped_the_lock_is_message_lock_lost(
     async with client.get_queue_receiver(queue, prefetch_count=0) as receiver:
         [message] = await receiver.receive_messages(max_wait_time=2)
         with broker._lock:  # expire at the broker only: the SDK still thinks it holds it
-            broker.entity(queue).locks[message.lock_token].locked_until_ms = 0
+            token = message.lock_token
+            assert isinstance(token, uuid.UUID)
+            broker.entity(queue).locks[token].locked_until_ms = 0
         with pytest.raises(MessageLockLostError):
             await receiver.complete_message(message)
         with pytest.raises(MessageLockLostError):
