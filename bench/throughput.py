@@ -139,7 +139,7 @@ async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: 
         best = {m: max((v for v in samples[c][m] if v is not None), default=None)
                 for m in MODES}
         limit = min((v for v in (best["a"], best["b"]) if v is not None), default=None)
-        cpu_us = {m: min(cpu[c][m], default=None) for m in MODES}
+        cpu_best = {m: min(cpu[c][m], default=None) for m in MODES}
         results.append({
             "concurrency": c,
             **{f"{m}_msgs_s": rounded(best[m]) for m in MODES},
@@ -147,8 +147,8 @@ async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: 
             "d_over_min_ab": ratio(best["d"], limit),
             "d_over_c": ratio(best["d"], best["c"]),
             "d3_over_d": ratio(best["d3"], best["d"]),
-            **{f"{m}_cpu_us_per_msg": rounded(cpu_us[m]) for m in MODES},
-            "cpu_c_over_d": ratio(cpu_us["c"], cpu_us["d"]),
+            **{f"{m}_cpu_us_per_msg": rounded(cpu_best[m]) for m in MODES},
+            "cpu_c_over_d": ratio(cpu_best["c"], cpu_best["d"]),
             "rounds": {m: [rounded(v) for v in samples[c][m]] for m in MODES},
         })
     return {"messages": count, "rounds": rounds, "results": results}
