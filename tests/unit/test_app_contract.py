@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from priority_pubsub.transforms.base import Payload
-from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 
 from priority_pubsub.cloudevent import build_request, is_expired
 from priority_pubsub.forwarder import classify
 from priority_pubsub.message import Lease, Message
 from priority_pubsub.outcome import Kind
+from priority_pubsub.transforms.base import Payload
+from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples"
 FATAL = (400, 422)
