@@ -3,19 +3,25 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+BASE_STAMP := $(VENV)/.base-stamp
 PYTHON ?= python3
 
 .PHONY: install demo lint typecheck test bench clean
 
-$(STAMP): pyproject.toml
+# The demo needs only the core (local driver, no cloud SDKs, no Spark): a quick first run.
+$(BASE_STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(BASE_STAMP)
+
+$(STAMP): pyproject.toml $(BASE_STAMP)
 	$(PY) -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-demo: install
+demo: $(BASE_STAMP)
 	$(VENV)/bin/priority-pubsub demo
 
 lint: install
