@@ -9,7 +9,7 @@ PYTHON ?= python3
 .PHONY: install demo lint typecheck test bench clean
 
 # The demo needs only the core (local driver, no cloud SDKs, no Spark): a quick first run.
-$(BASE_STAMP):
+$(BASE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e .
