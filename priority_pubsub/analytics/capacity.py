@@ -107,7 +107,7 @@ def _max_in_flight(derived: DataFrame, keys: list[str]) -> dict[tuple[object, ..
         "level", F.sum("d").over(window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
     )
     rows = running.groupBy(*keys).agg(F.max("level").alias("peak")).collect()
-    return {tuple(r[k] for k in keys): int(r["peak"]) for r in rows}
+    return {tuple(r[k] for k in keys): int(r["peak"]) for r in rows if r["peak"] is not None}
 
 
 def observed_peak(derived: DataFrame) -> int:

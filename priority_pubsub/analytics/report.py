@@ -117,6 +117,7 @@ def _run(
     bounds: tuple[int | None, int | None, TimeBound, TimeBound],
     target_wait_s: float,
 ) -> ReportSummary:
+    from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     out = Path(out_dir).absolute()
@@ -125,9 +126,15 @@ def _run(
     loaded = load(spark, journal_glob, since_ms, until_ms)
     try:
         derived = T.with_derived(loaded.valid)
-        paths = _write_tables(derived, out)
+        rolled = T.rollup(derived).persist()
+        paths = _write_tables(derived, rolled, out)
         life = spark.read.parquet(paths["lifecycle"])
-        summary = _rows(T.priority_summary(derived))
+        coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
+        rolled.unpersist()
+        summary = sorted(
+            (r for r in coarse if r["level"] == T.LEVEL_PRIORITY), key=lambda r: r["priority"]
+        )
+        by_hour = [r for r in coarse if r["level"] == T.LEVEL_PRIORITY_HOUR]
         starved = starvation(spark, derived, [int(r["priority"]) for r in summary])
         paths["starvation"] = _write(starved, out, "starvation")
         cap = capacity(derived, target_wait_s)
@@ -144,9 +151,9 @@ def _run(
             since=None if since is None else str(since),
             until=None if until is None else str(until),
             summary=summary,
-            hourly=_hourly_rows(T.priority_hourly(derived)),
+            hourly=_hourly_rows(by_hour),
             in_system=_rows(T.time_in_system(life)),
-            starvation=collect_rows(starved),
+            starvation=collect_rows(spark.read.parquet(paths["starvation"])),
             capacity=cap,
             observed_peak=peak,
             reasons=_top_reasons(spark.read.parquet(paths["dead_letters"])),
@@ -173,10 +180,10 @@ def _run(
         loaded.release()
 
 
-def _write_tables(derived: DataFrame, out: Path) -> dict[str, str]:
+def _write_tables(derived: DataFrame, rolled: DataFrame, out: Path) -> dict[str, str]:
     """The big tables, written by the executors (never collected)."""
     return {
-        "hourly": _write(T.hourly(derived), out, "hourly"),
+        "hourly": _write(T.hourly(rolled), out, "hourly"),
         "attempts": _write(T.attempts_distribution(derived), out, "attempts"),
         "dead_letters": _write(T.dead_letters(derived), out, "dead_letters"),
         "lifecycle": _write(T.lifecycle(derived), out, "lifecycle"),
@@ -202,11 +209,12 @@ def _rows(frame: DataFrame) -> list[dict[str, Any]]:
     return [r.asDict() for r in frame.collect()]
 
 
-def _hourly_rows(frame: DataFrame) -> list[dict[str, Any]]:
-    from pyspark.sql import functions as F
-
-    with_ms = frame.withColumn("hour_ms", F.unix_millis(F.col("hour"))).drop("hour")
-    return _rows(with_ms)
+def _hourly_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chart points: the hour as epoch ms (the session and the page are both UTC)."""
+    with_ms = [
+        {**r, "hour_ms": int(r["hour"].replace(tzinfo=UTC).timestamp() * 1000)} for r in rows
+    ]
+    return sorted(with_ms, key=lambda r: (r["priority"], r["hour_ms"]))
 
 
 def _top_reasons(dead: DataFrame) -> list[dict[str, Any]]:

@@ -57,18 +57,49 @@ def outcome_columns() -> list[Column]:
     return [F.count("*").alias("attempts"), *counts, completed, *rates]
 
 
-def hourly(derived: DataFrame) -> DataFrame:
+def rollup(derived: DataFrame) -> DataFrame:
+    """Every statistic at three levels in one pass: (priority, hour, queue), (priority, hour)
+    and (priority), told apart by ``level`` (``LEVEL_*``). Percentiles cannot be merged
+    after the fact, so the coarser levels are aggregated from the records, not the rows."""
+    from pyspark.sql import functions as F
+
+    return (
+        derived.rollup("priority", "hour", "queue")
+        .agg(
+            *outcome_columns(),
+            F.count("wait_s").alias("first_deliveries"),
+            *percentile_columns("wait_s", "wait"),
+            *percentile_columns("proc_s", "proc"),
+            F.sum("bytes").alias("bytes"),
+            F.concat_ws(", ", F.array_sort(F.collect_set("queue"))).alias("queues"),
+            F.min("settled_ms").alias("first_settled_ms"),
+            F.max("settled_ms").alias("last_settled_ms"),
+            F.grouping_id().alias("level"),
+        )
+        .where(F.col("priority").isNotNull())
+    )
+
+
+# grouping_id bits of rollup(priority, hour, queue): 1 = queue rolled up, 2 = hour too
+LEVEL_HOURLY, LEVEL_PRIORITY_HOUR, LEVEL_PRIORITY = 0, 1, 3
+
+
+def hourly(rolled: DataFrame) -> DataFrame:
     """Per (queue, priority, hour): attempts, outcomes, throughput, wait and processing."""
     from pyspark.sql import functions as F
 
-    grouped = derived.groupBy(*KEYS).agg(
-        *outcome_columns(),
-        F.count("wait_s").alias("first_deliveries"),
-        *percentile_columns("wait_s", "wait"),
-        *percentile_columns("proc_s", "proc"),
-        F.sum("bytes").alias("bytes"),
+    return (
+        rolled.where(F.col("level") == LEVEL_HOURLY)
+        .drop("level", "queues", "first_settled_ms", "last_settled_ms")
+        .withColumn("completed_per_s", F.col("completed") / 3600.0)
+        .select(*KEYS, *(c for c in rolled.columns if c in HOURLY_COLUMNS), "completed_per_s")
     )
-    return grouped.withColumn("completed_per_s", F.col("completed") / 3600.0).orderBy(*KEYS)
+
+
+HOURLY_COLUMNS = (
+    "attempts", *OUTCOMES, "completed", *(f"{o}_rate" for o in OUTCOMES), "first_deliveries",
+    *(f"{k}_p{round(p * 100)}_s" for k in ("wait", "proc") for p in PERCENTILES), "bytes",
+)  # fmt: skip
 
 
 def attempts_distribution(derived: DataFrame) -> DataFrame:
@@ -118,40 +149,6 @@ def lifecycle(derived: DataFrame) -> DataFrame:
         F.when(final, F.col("last_outcome")).otherwise("in_progress").alias("final_outcome"),
         F.timestamp_millis(F.col("enqueued_ms")).alias("enqueued"),
         F.when(final, in_system).alias("time_in_system_s"),
-    )
-
-
-def priority_summary(derived: DataFrame) -> DataFrame:
-    """Per priority over the whole range: what the page's headline table shows."""
-    from pyspark.sql import functions as F
-
-    return (
-        derived.groupBy("priority")
-        .agg(
-            F.concat_ws(", ", F.array_sort(F.collect_set("queue"))).alias("queues"),
-            *outcome_columns(),
-            F.count("wait_s").alias("first_deliveries"),
-            *percentile_columns("wait_s", "wait"),
-            *percentile_columns("proc_s", "proc"),
-            F.min("settled_ms").alias("first_settled_ms"),
-            F.max("settled_ms").alias("last_settled_ms"),
-        )
-        .orderBy("priority")
-    )
-
-
-def priority_hourly(derived: DataFrame) -> DataFrame:
-    """Per (priority, hour): the series behind the page's charts."""
-    from pyspark.sql import functions as F
-
-    return (
-        derived.groupBy("priority", "hour")
-        .agg(
-            F.count("*").alias("attempts"),
-            F.sum(F.col("outcome").isin(*FINAL_OUTCOMES).cast("long")).alias("completed"),
-            *percentile_columns("wait_s", "wait"),
-        )
-        .orderBy("priority", "hour")
     )
 
 

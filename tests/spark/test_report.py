@@ -165,3 +165,16 @@ def test_since_until_select_by_settle_time(spark: SparkSession, tmp_path: Path) 
 def test_cli_rejects_bad_time_before_starting_spark(tmp_path: Path) -> None:
     assert main(["journal-*", "--out", str(tmp_path), "--since", "yesterday"]) == 2
     assert main(["journal-*"]) == 2  # --out is required
+
+
+def test_a_journal_of_only_bad_lines_still_gives_a_page(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    bad = [line for lines in journals.BAD_LINES.values() for line in lines]
+    journals.write(tmp_path / "journal-1.jsonl", [], bad)
+    summary = run_report(str(tmp_path / "journal-1.jsonl"), str(tmp_path / "out"), spark=spark)
+    assert (summary.lines.valid, summary.lines.bad, summary.messages) == (0, 7, 0)
+    assert summary.capacity == summary.starvation == []
+    html = Path(summary.html_path).read_text()
+    assert "no data in range" in html
+    assert "7 could not be used" in html

@@ -1,0 +1,143 @@
+"""Benchmark of the delivery report: records per second for generated journals (not a test).
+
+    python bench/bench_report.py [--sizes 1000000,10000000] [--master local[*]] [--keep DIR]
+
+For each size, Spark itself writes a journal of that many records (one JSON line each, three
+priorities over 24 hours, realistic outcome mix and ~10 % second attempts), then the whole
+report runs on it and is timed (Spark start-up excluded: one session for all sizes). Prints
+a short table on stderr and one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from priority_pubsub.analytics.report import run_report
+from priority_pubsub.journal import JOURNAL_FIELDS, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+T0 = 1_714_521_600_000  # 2024-05-01T00:00:00Z
+DAY_MS = 86_400_000
+
+
+def _columns(n: int) -> dict[str, Column]:
+    """One expression per journal field, keyed by name (checked against JOURNAL_FIELDS)."""
+    from pyspark.sql import functions as F
+
+    i = F.col("id")
+    h = F.abs(F.xxhash64(i))
+    priority = (i % 3).cast("int")
+    retried = (h % 10) == 0
+    roll = (h / 7 % 100).cast("int")
+    enqueued = F.lit(T0) + (i * DAY_MS / n).cast("long")
+    wait = (h % 5_000 + 1) * (priority + 1) * (priority + 1)
+    received = enqueued + wait + F.when(retried, 30_000).otherwise(0)
+    proc = h / 13 % 60_000 + 50
+    outcome = (
+        F.when(roll < 88, "ack").when(roll < 95, "retry").when(roll < 98, "dead").otherwise("drop")
+    )
+    reason = (
+        F.when(outcome == "dead", "fatal status 422")
+        .when(outcome == "drop", "app returned 404")
+        .when(outcome == "retry", "status 503")
+    )
+    columns = {
+        "v": F.lit(SCHEMA_VERSION),
+        "message_id": F.concat(F.lit("m-"), i.cast("string")),
+        "queue": F.element_at(F.array(*map(F.lit, ("high", "normal", "low"))), priority + 1),
+        "priority": priority,
+        "driver": F.lit("sqs"),
+        "attempt": F.when(retried, 2).otherwise(1),
+        "enqueued_ms": enqueued,
+        "received_ms": received,
+        "forwarded_ms": received + 3,
+        "settled_ms": (received + 3 + proc).cast("long"),
+        "outcome": outcome,
+        "http_status": F.when(outcome == "ack", 200).when(outcome == "dead", 422),
+        "reason": reason,
+        "bytes": (h % 4096 + 64),
+    }
+    assert set(columns) == {f.name for f in JOURNAL_FIELDS}
+    return columns
+
+
+def generate(spark: SparkSession, n: int, directory: Path) -> float:
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    columns = _columns(n)
+    record = F.struct(*(columns[f.name].alias(f.name) for f in JOURNAL_FIELDS))
+    frame = spark.range(n, numPartitions=max(2, n // 500_000))
+    frame.select(F.to_json(record).alias("value")).write.mode("overwrite").text(str(directory))
+    return time.monotonic() - started
+
+
+def bench(spark: SparkSession, n: int, work: Path) -> dict[str, Any]:
+    journal = work / f"journal-{n}"
+    generate_s = generate(spark, n, journal)
+    size = sum(p.stat().st_size for p in journal.glob("part-*"))
+    summary = run_report(str(journal / "part-*"), str(work / f"report-{n}"), spark=spark)
+    assert summary.lines.valid == n, summary.lines
+    return {
+        "records": n,
+        "input_mb": round(size / 1e6, 1),
+        "generate_s": round(generate_s, 1),
+        "report_s": summary.elapsed_s,
+        "records_per_s": round(n / summary.elapsed_s),
+        "messages": summary.messages,
+        "workers_needed": summary.workers_needed,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000000,10000000")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--keep", type=Path, help="write journals and reports here")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(args.master)
+        .appName("priority-pubsub-bench")
+        .config("spark.driver.memory", args.driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
+        work = args.keep or Path(tmp)
+        for n in (int(s) for s in args.sizes.split(",")):
+            results.append(bench(spark, n, work))
+            row = results[-1]
+            print(f"{row['records']:>11,} records  {row['input_mb']:>8} MB  report "
+                  f"{row['report_s']:>7.1f} s  {row['records_per_s']:>9,} records/s",
+                  file=sys.stderr)  # fmt: skip
+    spark.stop()
+    doc = {
+        "benchmark": "priority-pubsub report",
+        "master": args.master,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "results": results,
+    }
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
