@@ -1,25 +1,24 @@
 """Benchmark of the delivery report: records per second for generated journals (not a test).
 
-    python bench/bench_report.py [--sizes 1000000,10000000] [--master local[*]] [--keep DIR]
+    python -m bench.bench_report [--sizes 1000000,10000000] [--master local[*]] [--keep DIR]
 
 For each size, Spark itself writes a journal of that many records (one JSON line each, three
 priorities over 24 hours, realistic outcome mix and ~10 % second attempts), then the whole
 report runs on it and is timed (Spark start-up excluded: one session for all sizes). Prints
-a short table on stderr and one JSON document on stdout.
+one JSON document on stdout and a short table on stderr (``bench.common.emit``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.common import emit, log
 from priority_pubsub.analytics.report import run_report
 from priority_pubsub.journal import JOURNAL_FIELDS, SCHEMA_VERSION
 
@@ -123,19 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         work = args.keep or Path(tmp)
         for n in (int(s) for s in args.sizes.split(",")):
             results.append(bench(spark, n, work))
-            row = results[-1]
-            print(f"{row['records']:>11,} records  {row['input_mb']:>8} MB  report "
-                  f"{row['report_s']:>7.1f} s  {row['records_per_s']:>9,} records/s",
-                  file=sys.stderr)  # fmt: skip
+            log(f"{n:,} records: {results[-1]['records_per_s']:,} records/s")
     spark.stop()
-    doc = {
-        "benchmark": "priority-pubsub report",
-        "master": args.master,
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "results": results,
-    }
-    print(json.dumps(doc, indent=2))
+    rows = [
+        [r["records"], r["input_mb"], r["generate_s"], r["report_s"], r["records_per_s"]]
+        for r in results
+    ]
+    headers = ["records", "input MB", "generate s", "report s", "records/s"]
+    emit("bench_report", {"master": args.master, "results": results}, headers, rows)
     return 0
 
 

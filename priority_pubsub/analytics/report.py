@@ -9,6 +9,7 @@ the page.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DEFAULT_TARGET_WAIT_S = 60.0
+SPARK_EXTRA = "priority-pubsub[spark]"
 TimeBound = datetime | str | int | None
 TOP_REASONS = 20
 
@@ -117,67 +119,69 @@ def _run(
     bounds: tuple[int | None, int | None, TimeBound, TimeBound],
     target_wait_s: float,
 ) -> ReportSummary:
-    from pyspark.sql import functions as F
-
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     out = Path(out_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
     since_ms, until_ms, since, until = bounds
     loaded = load(spark, journal_glob, since_ms, until_ms)
     try:
-        derived = T.with_derived(loaded.valid)
-        rolled = T.rollup(derived).persist()
-        paths = _write_tables(derived, rolled, out)
-        life = spark.read.parquet(paths["lifecycle"])
-        coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
-        rolled.unpersist()
-        summary = sorted(
-            (r for r in coarse if r["level"] == T.LEVEL_PRIORITY), key=lambda r: r["priority"]
-        )
-        by_hour = [r for r in coarse if r["level"] == T.LEVEL_PRIORITY_HOUR]
-        starved = starvation(spark, derived, [int(r["priority"]) for r in summary])
-        paths["starvation"] = _write(starved, out, "starvation")
-        cap = capacity(derived, target_wait_s)
-        peak = observed_peak(derived)
-        paths["capacity"] = _write_rows(spark, [asdict(c) for c in cap], out, "capacity")
-        attempts = _rows(T.lifecycle_summary(life))
         page = PageData(
             source=journal_glob,
             generated_ms=int(time.time() * 1000),
             target_wait_s=target_wait_s,
             counts=loaded.counts,
-            first_ms=min((r["first_settled_ms"] for r in summary), default=None),
-            last_ms=max((r["last_settled_ms"] for r in summary), default=None),
             since=None if since is None else str(since),
             until=None if until is None else str(until),
-            summary=summary,
-            hourly=_hourly_rows(by_hour),
-            in_system=_rows(T.time_in_system(life)),
-            starvation=collect_rows(spark.read.parquet(paths["starvation"])),
-            capacity=cap,
-            observed_peak=peak,
-            reasons=_top_reasons(spark.read.parquet(paths["dead_letters"])),
-            attempts=attempts,
-            tables=paths,
         )
-        html_path = out / "report.html"
-        html_path.write_text(render(page), encoding="utf-8")
-        return ReportSummary(
-            out_dir=str(out),
-            html_path=str(html_path),
-            tables=paths,
-            lines=loaded.counts,
-            deliveries=loaded.counts.valid,
-            messages=sum(int(r["messages"]) for r in attempts),
-            first_ms=page.first_ms,
-            last_ms=page.last_ms,
-            starvation=page.starvation,
-            capacity=cap,
-            observed_peak=peak,
-            workers_needed=cap[-1].workers_needed if cap else None,
-        )
+        _fill(spark, T.with_derived(loaded.valid), out, page)
     finally:
         loaded.release()
+    html_path = out / "report.html"
+    html_path.write_text(render(page), encoding="utf-8")
+    return ReportSummary(
+        out_dir=str(out),
+        html_path=str(html_path),
+        tables=page.tables,
+        lines=loaded.counts,
+        deliveries=loaded.counts.valid,
+        messages=sum(int(r["messages"]) for r in page.attempts),
+        first_ms=page.first_ms,
+        last_ms=page.last_ms,
+        starvation=page.starvation,
+        capacity=page.capacity,
+        observed_peak=page.observed_peak,
+        workers_needed=page.capacity[-1].workers_needed if page.capacity else None,
+    )
+
+
+def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData) -> None:
+    """Write every table, then read back (small) what the page shows."""
+    from pyspark.sql import functions as F
+
+    rolled = T.rollup(derived).persist()
+    paths = _write_tables(derived, rolled, out)
+    coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
+    rolled.unpersist()
+    page.summary = sorted(
+        (r for r in coarse if r["level"] == T.LEVEL_PRIORITY), key=lambda r: r["priority"]
+    )
+    page.hourly = _hourly_rows([r for r in coarse if r["level"] == T.LEVEL_PRIORITY_HOUR])
+    page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
+    page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
+
+    priorities = [int(r["priority"]) for r in page.summary]
+    paths["starvation"] = _write(starvation(spark, derived, priorities), out, "starvation")
+    page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
+    page.capacity = capacity(derived, page.target_wait_s)
+    page.observed_peak = observed_peak(derived)
+    rows = [asdict(c) for c in page.capacity]
+    paths["capacity"] = _write_rows(spark, rows, out, "capacity")
+
+    life = spark.read.parquet(paths["lifecycle"])
+    page.in_system = _rows(T.time_in_system(life))
+    page.attempts = _rows(T.lifecycle_summary(life))
+    page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
+    page.tables = paths
 
 
 def _write_tables(derived: DataFrame, rolled: DataFrame, out: Path) -> dict[str, str]:
@@ -251,6 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    if importlib.util.find_spec("pyspark") is None:
+        print(f"error: the report needs pyspark: pip install '{SPARK_EXTRA}'", file=sys.stderr)
+        return 1
     try:
         summary = run_report(
             args.journal_glob,

@@ -38,9 +38,10 @@ def require_fields(*names: str) -> None:
         raise RuntimeError(f"journal schema v{SCHEMA_VERSION} has no field(s) {missing}")
 
 
+# the fields the report's expressions name (the rest are carried, never referenced)
 require_fields(
-    "v", "message_id", "queue", "priority", "driver", "attempt", "enqueued_ms",
-    "received_ms", "forwarded_ms", "settled_ms", "outcome", "http_status", "reason", "bytes",
+    "v", "message_id", "queue", "priority", "attempt", "enqueued_ms", "received_ms",
+    "forwarded_ms", "settled_ms", "outcome", "reason", "bytes",
 )  # fmt: skip
 
 
