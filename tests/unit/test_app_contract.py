@@ -16,7 +16,8 @@ from priority_pubsub.outcome import Kind
 from priority_pubsub.transforms.base import Payload
 from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples"
+# Copies of the design's wire samples (shared/samples), kept in the repo for CI.
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "samples"
 FATAL = (400, 422)
 
 
