@@ -7,7 +7,7 @@ durations are human-readable, and a glossary closes the page. Input is plain Pyt
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
@@ -82,15 +82,18 @@ def when(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]], left: int = 1) -> str:
-    """An HTML table; the first ``left`` columns are text (left-aligned)."""
+def table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], left: int | Collection[int] = 1
+) -> str:
+    """An HTML table; text columns (the first ``left``, or those indexes) align left."""
+    text = set(range(left)) if isinstance(left, int) else set(left)
     head = "".join(
-        f'<th class="{"l" if i < left else ""}">{escape(h)}</th>' for i, h in enumerate(headers)
+        f'<th class="{"l" if i in text else ""}">{escape(h)}</th>' for i, h in enumerate(headers)
     )
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td class="{"l" if i < left else ""}">{escape(str(v))}</td>'
+            f'<td class="{"l" if i in text else ""}">{escape(str(v))}</td>'
             for i, v in enumerate(row)
         )
         + "</tr>"
@@ -350,9 +353,9 @@ def _attempts(d: PageData) -> str:
         (_label(p), outcome, *(f"{cell.get(c, 0):,}" for c in cols))
         for (p, outcome), cell in sorted(grid.items())
     ]
-    heads = [str(c) for c in cols]
+    heads = [f"{c} deliver{'y' if c == 1 else 'ies'}" for c in cols]
     if top > 10:
-        heads[-1] = "10+"
+        heads[-1] = "10+ deliveries"
     return (
         "<h2>Attempts until the final outcome</h2><p>How many deliveries each message "
         "needed; <i>in_progress</i> messages were still being retried when the journal "
@@ -381,7 +384,7 @@ def _quality(d: PageData) -> str:
     return (
         f"<h2>Journal lines</h2><p{cls}>{c.total:,} lines read, {c.bad:,} could not be "
         "used; they are counted here and otherwise ignored.</p>"
-        + table(["kind", "lines", "meaning"], rows, left=1)
+        + table(["kind", "lines", "meaning"], rows, left=(0, 2))
         + samples
     )
 
