@@ -91,13 +91,13 @@ def test_attempts_dead_letters_and_lifecycle(
 ) -> None:
     attempts = Counter(r.attempt for r in stats_records)
     rows = spark.read.parquet(report.tables["attempts"]).collect()
-    got = Counter()
+    got: Counter[int] = Counter()
     for r in rows:
         got[r["attempt"]] += r["deliveries"]
     assert got == attempts
 
     reasons = Counter((r.outcome, r.reason) for r in stats_records if r.outcome in ("dead", "drop"))
-    dead = Counter()
+    dead: Counter[tuple[str, str | None]] = Counter()
     for r in spark.read.parquet(report.tables["dead_letters"]).collect():
         dead[(r["outcome"], r["reason"])] += r["messages"]
     assert dead == reasons
@@ -152,10 +152,12 @@ def test_since_until_select_by_settle_time(spark: SparkSession, tmp_path: Path) 
     records = journals.stats_journal(per_hour=20, hours=3)
     journals.write(tmp_path / "journal-1.jsonl", records)
     since, until = "2024-05-01T01:00:00Z", "2024-05-01T02:00:00"  # no zone: UTC
-    assert to_epoch_ms(since) == to_epoch_ms(until) - hour == journals.T0 + hour
-    loaded = load(spark, str(tmp_path / "journal-1.jsonl"), to_epoch_ms(since), to_epoch_ms(until))
+    since_ms, until_ms = to_epoch_ms(since), to_epoch_ms(until)
+    assert since_ms == journals.T0 + hour
+    assert until_ms == journals.T0 + 2 * hour
+    loaded = load(spark, str(tmp_path / "journal-1.jsonl"), since_ms, until_ms)
     try:
-        in_hour = [r for r in records if to_epoch_ms(since) <= r.settled_ms < to_epoch_ms(until)]
+        in_hour = [r for r in records if since_ms <= r.settled_ms < until_ms]
         assert loaded.counts.valid == loaded.valid.count() == len(in_hour)
         assert loaded.counts.out_of_range == len(records) - len(in_hour)
     finally:
@@ -174,7 +176,8 @@ def test_a_journal_of_only_bad_lines_still_gives_a_page(
     journals.write(tmp_path / "journal-1.jsonl", [], bad)
     summary = run_report(str(tmp_path / "journal-1.jsonl"), str(tmp_path / "out"), spark=spark)
     assert (summary.lines.valid, summary.lines.bad, summary.messages) == (0, 7, 0)
-    assert summary.capacity == summary.starvation == []
+    assert summary.capacity == []
+    assert summary.starvation == []
     html = Path(summary.html_path).read_text()
     assert "no data in range" in html
     assert "7 could not be used" in html
