@@ -128,6 +128,6 @@ class Dispatcher:
             log.warning("receive failed", queue=name, error=str(exc), retriable=exc.retriable)
             raise
         self.healthy = True
-        self._metrics.receive_calls.labels(name, "true" if not batch else "false").inc()
+        self._metrics.queue(name, index).receive_calls[not batch].inc()
         return batch
 

@@ -76,5 +76,5 @@ class LeaseKeeper:
                 await asyncio.sleep(interval)
                 continue
             interval = self._duration_s / 3
-            self._metrics.lease_extensions.labels(message.queue).inc()
+            self._metrics.queue(message.queue, message.priority).lease_extensions.inc()
             await asyncio.sleep(interval)

@@ -5,6 +5,9 @@ Each sidecar owns its registry, so tests can run several in one process.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # 10 ms .. 1 h: short acks and hour-long tasks both land in a meaningful bucket.
@@ -49,5 +52,41 @@ class Metrics:
             ["queue", "empty"], registry=r,
         )
 
+        self._queues: dict[tuple[str, int], QueueMetrics] = {}
+
+    def queue(self, name: str, priority: int) -> QueueMetrics:
+        """The children of every labelled metric for one queue, resolved once.
+
+        ``labels()`` costs a lock and a few dict lookups per call; on the delivery path that
+        is several calls per message, so the bound children are kept.
+        """
+        found = self._queues.get((name, priority))
+        if found is None:
+            level = str(priority)
+            found = QueueMetrics(
+                received=self.received.labels(name, level),
+                settled={o: self.settled.labels(name, level, o)
+                         for o in ("ack", "retry", "dead", "drop")},
+                forward_seconds=self.forward_seconds.labels(name),
+                wait_seconds=self.wait_seconds.labels(name),
+                lease_extensions=self.lease_extensions.labels(name),
+                receive_calls={True: self.receive_calls.labels(name, "true"),
+                               False: self.receive_calls.labels(name, "false")},
+            )
+            self._queues[(name, priority)] = found
+        return found
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMetrics:
+    """Pre-bound metric children of one queue (see ``Metrics.queue``)."""
+
+    received: Any
+    settled: dict[str, Any]
+    forward_seconds: Any
+    wait_seconds: Any
+    lease_extensions: Any
+    receive_calls: dict[bool, Any]

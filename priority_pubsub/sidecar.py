@@ -163,9 +163,9 @@ class Sidecar:
             await asyncio.sleep(self.settings.server.depth_interval_s)
 
     def _start_task(self, message: Message) -> None:
-        priority = str(message.priority)
-        self.metrics.received.labels(message.queue, priority).inc()
-        self.metrics.wait_seconds.labels(message.queue).observe(
+        metrics = self.metrics.queue(message.queue, message.priority)
+        metrics.received.inc()
+        metrics.wait_seconds.observe(
             max(0.0, (message.received_ms - message.enqueued_ms) / 1000)
         )
         task = asyncio.create_task(self.worker.handle(message), name=f"msg-{message.id}")

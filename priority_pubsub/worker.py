@@ -57,6 +57,7 @@ class Worker:
         self._chain = TransformChain.from_names(settings.transforms)
         self._routes = {q.name: settings.app.url + q.route for q in settings.queues}
         self._token = settings.app.api_token.get_secret_value()
+        self._log_successes = settings.log.level == "debug"
 
     async def handle(self, message: Message) -> None:
         """Run one attempt to its settled end. Cancellation returns the message at once."""
@@ -93,7 +94,7 @@ class Worker:
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
         outcome = await self._forwarder.forward(self._routes[message.queue], request)
-        self._metrics.forward_seconds.labels(message.queue).observe(
+        self._metrics.queue(message.queue, message.priority).forward_seconds.observe(
             time.perf_counter() - started
         )
         return outcome
@@ -154,14 +155,15 @@ class Worker:
     def _record(self, attempt: Attempt, outcome: Outcome) -> None:
         message = attempt.message
         settled = now_ms()
-        self._metrics.settled.labels(message.queue, str(message.priority),
-                                     outcome.kind.value).inc()
-        fields = self._fields(message, outcome)
+        self._metrics.queue(message.queue, message.priority).settled[outcome.kind.value].inc()
         duration_ms = settled - (attempt.forwarded_ms or message.received_ms)
-        if outcome.kind is Kind.ACK:
-            log.info("delivered", duration_ms=duration_ms, **fields)
-        else:
-            log.warning("not delivered", duration_ms=duration_ms, **fields)
+        # Successes at debug, as Dapr logs them: the journal and the metrics count every
+        # attempt; the log is for what needs a look.
+        if outcome.kind is not Kind.ACK:
+            log.warning("not delivered", duration_ms=duration_ms,
+                        **self._fields(message, outcome))
+        elif self._log_successes:
+            log.debug("delivered", duration_ms=duration_ms, **self._fields(message, outcome))
         if self._journal is not None:
             self._journal.append(JournalRecord(
                 message_id=message.id, queue=message.queue, priority=message.priority,

@@ -131,7 +131,7 @@ def test_logs_carry_delivery_fields_but_never_secrets_or_bodies(
     tmp_path: Path, app: RecordingApp
 ) -> None:
     app.behaviour = lambda r: Reply(500 if r.event["attempt"] == 1 else 200)
-    config = local_config(tmp_path, app.url,
+    config = local_config(tmp_path, app.url, log={"level": "debug", "format": "json"},
                           app={"url": app.url, "api_token": "tok-MARKER-SECRET-77"},
                           retry={"max_attempts": 3, "initial_delay_s": 0.1, "max_delay_s": 0.1})
     publish(write_config(tmp_path, config), "normal", '{"secret_body": "BODY-MARKER-42"}',
