@@ -190,10 +190,8 @@ def report(
     target_wait_s: Annotated[float, typer.Option(help="Target p95 wait for capacity.")] = 60.0,
 ) -> None:
     """Delivery report on PySpark: Parquet tables and report.html (needs the spark extra)."""
-    try:
-        from priority_pubsub.analytics.report import main as report_main
-    except ImportError as exc:
-        _fail(f"the report needs the spark extra: pip install 'priority-pubsub[spark]' ({exc})", 1)
+    from priority_pubsub.analytics.report import main as report_main  # no pyspark import yet
+
     argv = [journal_glob, "--out", str(out), "--master", master, "--target-wait-s",
             str(target_wait_s)]
     if since:
