@@ -35,7 +35,7 @@ def _table(published: Counter[str], seen: Seen, sidecar: Sidecar, elapsed_s: flo
     for priority, queue in enumerate(QUEUES):
         done, working = served[queue], seen.working[queue]
         waiting = published[queue] - done - working
-        bar = "#" * round(20 * done / max(1, published[queue]))
+        bar = "#" * round(12 * done / max(1, published[queue]))
         table.add_row(str(priority), queue, str(done), str(working), str(max(0, waiting)), bar)
     table.caption = f"workers busy: {sidecar.in_flight} of {sidecar.settings.concurrency}"
     return table
@@ -70,7 +70,7 @@ async def run_demo(messages: int = 60, task_ms: int = 150, concurrency: int = 4)
         sidecar.request_stop()
         await running
         order = [event.get("priority") for event in seen.events]
-        console.print(f"Service order by priority (0 = high): {''.join(map(str, order))}")
+        console.print(f"\nService order by priority (0 = high): {''.join(map(str, order))}")
     await runner.cleanup()
 
 

@@ -117,3 +117,11 @@ def test_requeue_moves_exactly_n_and_records_it(tmp_path: Path) -> None:
     assert len(queue_rows(tmp_path / "queues.db", "dead")) == 2
     assert all(r["attributes"] == {"k": "v", "requeued_from": "dead"} for r in moved)
     assert all(r["attempts"] == 0 for r in moved)
+
+
+def test_demo_serves_the_burst_in_strict_priority_order() -> None:
+    result = cli("demo", "--messages", "12", "--task-ms", "20", timeout_s=120)
+    assert result.returncode == 0, result.stderr
+    order = result.stdout.split("Service order by priority (0 = high):")[1].split()[0]
+    assert sorted(order) == list(order)  # 0s, then 1s, then 2s (4 workers: no ties to break)
+    assert order.count("0") == order.count("1") == order.count("2") == 4
