@@ -15,7 +15,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQ
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.servicebus_broker import ServiceBusBroker
-from tests.support.sidecar import SidecarProcess
+from tests.support.sidecar import SidecarProcess, sidecar_config
 
 pytestmark = pytest.mark.azure
 
@@ -60,24 +60,14 @@ class Bus:
     def config(
         self, directory: Path, app_url: str, queues: list[str], **overrides: Any
     ) -> dict[str, Any]:
-        config: dict[str, Any] = {
-            "driver": {
-                "type": "azure_servicebus",
-                "connection_string": self.broker.connection_string,
-                "max_wait_s": 2,
-            },
-            "queues": [{"name": name} for name in queues],
-            "concurrency": 1,
+        driver = {"type": "azure_servicebus", "max_wait_s": 2,
+                  "connection_string": self.broker.connection_string}
+        defaults = {
             "app": {"url": app_url, "timeout_s": 30, "fatal_codes": [422]},
             "retry": {"max_attempts": 3, "initial_delay_s": 1, "max_delay_s": 4},
-            "lease": {"duration_s": 2},
             "shutdown": {"grace_s": 1},
-            "server": {"host": "127.0.0.1", "port": 0},
-            "journal": {"path": str(directory / "journal"), "rotate_mb": 64},
-            "log": {"level": "info", "format": "json"},
         }
-        config.update(overrides)
-        return config
+        return sidecar_config(directory, app_url, driver, queues, **{**defaults, **overrides})
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from google.pubsub_v1.types import DeadLetterPolicy, PubsubMessage, ReceivedMess
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import RecordingApp, Reply
 from tests.support.pubsub_emulator import PROJECT, Emulator
-from tests.support.sidecar import SidecarProcess
+from tests.support.sidecar import SidecarProcess, sidecar_config
 
 pytestmark = pytest.mark.gcp
 
@@ -92,21 +92,9 @@ class Topology:
 
     def config(self, directory: Path, app_url: str, queues: list[str],
                **overrides: Any) -> dict[str, Any]:
-        config: dict[str, Any] = {
-            "driver": {"type": "gcp_pubsub", "project": PROJECT},
-            "queues": [{"name": name} for name in queues],
-            "concurrency": 1,
-            "app": {"url": app_url, "timeout_s": 30},
-            "retry": {"max_attempts": 3, "initial_delay_s": 1, "max_delay_s": 8},
-            "dead_letter": {"queue": self.dead},
-            "lease": {"duration_s": 10},
-            "shutdown": {"grace_s": 2},
-            "server": {"host": "127.0.0.1", "port": 0},
-            "journal": {"path": str(directory / "journal"), "rotate_mb": 64},
-            "log": {"level": "info", "format": "json"},
-        }
-        config.update(overrides)
-        return config
+        defaults = {"dead_letter": {"queue": self.dead}, "lease": {"duration_s": 10}}
+        return sidecar_config(directory, app_url, {"type": "gcp_pubsub", "project": PROJECT},
+                              queues, **{**defaults, **overrides})
 
     def close(self) -> None:
         for client in (self.publisher, self.subscriber):

@@ -18,7 +18,7 @@ from priority_pubsub.drivers.sqs import dapr_cloudevent
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.moto_server import MotoServer
-from tests.support.sidecar import SidecarProcess, cli, write_config
+from tests.support.sidecar import SidecarProcess, cli, sidecar_config, write_config
 
 if TYPE_CHECKING:
     from types_boto3_sqs import SQSClient
@@ -70,24 +70,11 @@ class Topology:
 
     def config(self, directory: Path, app_url: str, queues: list[str], dead: str,
                **overrides: Any) -> dict[str, Any]:
-        config: dict[str, Any] = {
-            # short long polls keep shutdown quick: close() waits for running polls
-            "driver": {"type": "sqs", "endpoint_url": self.server.endpoint_url,
-                       "region": self.server.region, "wait_time_s": 2},
-            "queues": [{"name": name} for name in queues],
-            "concurrency": 1,
-            "transforms": ["sns_envelope"],
-            "app": {"url": app_url, "timeout_s": 30},
-            "retry": {"max_attempts": 3, "initial_delay_s": 1, "max_delay_s": 8},
-            "dead_letter": {"queue": dead},
-            "lease": {"duration_s": 2},
-            "shutdown": {"grace_s": 2},
-            "server": {"host": "127.0.0.1", "port": 0},
-            "journal": {"path": str(directory / "journal"), "rotate_mb": 64},
-            "log": {"level": "info", "format": "json"},
-        }
-        config.update(overrides)
-        return config
+        # short long polls keep shutdown quick: close() waits for running polls
+        driver = {"type": "sqs", "endpoint_url": self.server.endpoint_url,
+                  "region": self.server.region, "wait_time_s": 2}
+        defaults = {"transforms": ["sns_envelope"], "dead_letter": {"queue": dead}}
+        return sidecar_config(directory, app_url, driver, queues, **{**defaults, **overrides})
 
     def close(self) -> None:
         self.sqs.close()

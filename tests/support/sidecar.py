@@ -39,23 +39,39 @@ def write_config(directory: Path, config: dict[str, Any], name: str = "config.ya
     return path
 
 
-def local_config(directory: Path, app_url: str, **overrides: Any) -> dict[str, Any]:
-    """A local-driver config under ``directory``; keyword overrides replace top-level keys."""
+def sidecar_config(
+    directory: Path, app_url: str, driver: dict[str, Any], queues: list[str], **overrides: Any
+) -> dict[str, Any]:
+    """A test config for any driver: concurrency 1, short retries and lease, the journal and
+    the ops server under ``directory``; keyword overrides replace top-level keys."""
     config: dict[str, Any] = {
-        "driver": {"type": "local", "path": str(directory / "queues.db")},
-        "queues": [{"name": "high"}, {"name": "normal"}, {"name": "low"}],
-        "concurrency": 2,
+        "driver": driver,
+        "queues": [{"name": name} for name in queues],
+        "concurrency": 1,
         "app": {"url": app_url, "timeout_s": 30},
-        "retry": {"max_attempts": 3, "initial_delay_s": 0.2, "max_delay_s": 2},
-        "dead_letter": {"queue": "dead"},
-        "lease": {"duration_s": 30},
-        "shutdown": {"grace_s": 5},
+        "retry": {"max_attempts": 3, "initial_delay_s": 1, "max_delay_s": 8},
+        "lease": {"duration_s": 2},
+        "shutdown": {"grace_s": 2},
         "server": {"host": "127.0.0.1", "port": 0},
         "journal": {"path": str(directory / "journal"), "rotate_mb": 64},
         "log": {"level": "info", "format": "json"},
     }
     config.update(overrides)
     return config
+
+
+def local_config(directory: Path, app_url: str, **overrides: Any) -> dict[str, Any]:
+    """The local driver on ``directory/queues.db`` with queues high, normal, low and dead."""
+    defaults: dict[str, Any] = {
+        "concurrency": 2,
+        "retry": {"max_attempts": 3, "initial_delay_s": 0.2, "max_delay_s": 2},
+        "dead_letter": {"queue": "dead"},
+        "lease": {"duration_s": 30},
+        "shutdown": {"grace_s": 5},
+    }
+    driver = {"type": "local", "path": str(directory / "queues.db")}
+    return sidecar_config(directory, app_url, driver, ["high", "normal", "low"],
+                          **{**defaults, **overrides})
 
 
 class SidecarProcess:
