@@ -9,7 +9,7 @@ import pytest
 
 from tests.e2e.helpers import publish, queue_rows
 from tests.support.app import RecordingApp
-from tests.support.ports import free_port
+from tests.support.servers import free_port
 from tests.support.sidecar import cli, local_config, write_config
 
 pytestmark = pytest.mark.local

@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.helpers import journal_records, publish, queue_rows, stats, wait_until
 from tests.support.app import Received, RecordingApp, Reply
-from tests.support.ports import free_port
+from tests.support.servers import free_port
 from tests.support.sidecar import SidecarProcess, local_config, write_config
 
 pytestmark = pytest.mark.local

@@ -7,15 +7,15 @@ those get a shape check of the fields their operators require, see ``check_custo
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
-import pytest
 import yaml
+
+from tests.support.servers import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "priority-pubsub"
@@ -32,15 +32,7 @@ SIDECAR = "priority-pubsub"
 Doc = dict[str, Any]
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
-def unavailable(reason: str) -> None:
-    """Skip locally, fail in CI: a missing tool must not turn CI green."""
-    if in_ci():
-        pytest.fail(reason)
-    pytest.skip(reason)
+unavailable = skip_or_fail  # the helm tests' name for it
 
 
 def run(args: Sequence[str | Path], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

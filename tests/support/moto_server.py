@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.servers import free_port, skip_or_fail
 
 REGION = "us-east-1"
 CREDENTIALS = {
@@ -44,12 +45,6 @@ class MotoServer:
 
 class MotoUnavailable(RuntimeError):
     """moto cannot be started here; the message says why."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _ready(endpoint_url: str) -> bool:
@@ -103,6 +98,4 @@ def moto_server() -> Iterator[MotoServer]:
             patch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(Path(os.devnull)))
             yield server
     except MotoUnavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"moto server unavailable in CI: {exc}")
-        pytest.skip(f"moto server unavailable: {exc}")
+        skip_or_fail(f"moto server unavailable: {exc}")

@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.servers import free_port, skip_or_fail
 
 EMULATOR = Path("/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator")
 EMULATOR_ENV = "PUBSUB_EMULATOR_HOST"
@@ -55,19 +56,6 @@ def missing_reason() -> str | None:
     return None
 
 
-def skip_or_fail(reason: str) -> None:
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI=true and {reason}")
-    pytest.skip(reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _answers(port: int) -> bool:
     """The emulator's HTTP side answers ``GET /`` with ``Ok`` once gRPC is up too."""
     try:
@@ -91,7 +79,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def running_emulator(log_path: Path) -> Iterator[Emulator]:
     """Start the emulator (own process group), yield once it answers, stop it after."""
-    port = _free_port()
+    port = free_port()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [str(EMULATOR), "--host=127.0.0.1", f"--port={port}"],

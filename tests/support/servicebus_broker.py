@@ -56,7 +56,6 @@ import hashlib
 import hmac
 import itertools
 import logging
-import socket
 import threading
 import time
 import uuid
@@ -77,6 +76,8 @@ from proton import (
     timestamp,
 )
 from proton.reactor import ApplicationEvent, Container, EventInjector
+
+from tests.support.servers import free_port
 
 __all__ = ["EntityCounts", "ServiceBusBroker"]
 
@@ -162,13 +163,6 @@ class _Refused(Exception):
         self.condition = condition
         self.description = description
         self.status = status
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _entity_path(address: str | None) -> str:

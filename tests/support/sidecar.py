@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.support.ports import free_port
+from tests.support.servers import free_port
 
 
 def cli(

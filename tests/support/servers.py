@@ -1,0 +1,26 @@
+"""What every test server fixture shares: free ports on 127.0.0.1, and the rule that a
+missing server skips locally (with the reason) but fails the run when ``CI=true``."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def skip_or_fail(reason: str) -> None:
+    """A missing server or tool must not turn CI green: fail there, skip locally."""
+    if in_ci():
+        pytest.fail(f"required by the test suite but missing (CI=true): {reason}")
+    pytest.skip(reason)
