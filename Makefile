@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 BASE_STAMP := $(VENV)/.base-stamp
 PYTHON ?= python3
 
-.PHONY: install demo lint typecheck test bench clean
+.PHONY: install prerequisites demo lint typecheck test bench clean
 
 # The demo needs only the core (local driver, no cloud SDKs, no Spark): a quick first run.
 $(BASE_STAMP): pyproject.toml
@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml $(BASE_STAMP)
 
 install: $(STAMP)
 
+prerequisites:
+	bash scripts/ci-prerequisites.sh
+
 demo: $(BASE_STAMP)
 	$(VENV)/bin/priority-pubsub demo
 
@@ -30,7 +33,7 @@ lint: install
 typecheck: install
 	$(PY) scripts/typecheck.py
 
-test: lint typecheck
+test: prerequisites lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install
