@@ -77,12 +77,20 @@ def run(config: ConfigOption = None) -> None:
 
 
 @app.command()
-def check(config: ConfigOption = None) -> None:
+def check(
+    config: ConfigOption = None,
+    offline: Annotated[bool, typer.Option(
+        help="Only validate (config, driver options, transforms); reach nothing. For CI and "
+        "for rendered manifests.")] = False,
+) -> None:
     """Validate the config, reach the driver and the app, print the config (secrets masked)."""
     from priority_pubsub.ops import check_reachability
 
     settings = _settings(config)
     typer.echo(json.dumps(settings.model_dump(mode="json"), indent=2))
+    if offline:
+        typer.echo("OK: config valid (offline: driver and app not contacted)", err=True)
+        return
     problems = _run_reporting(check_reachability(settings))
     for problem in problems:
         typer.echo(f"FAIL {problem}", err=True)

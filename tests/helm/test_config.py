@@ -11,8 +11,11 @@ tries to reach the broker and the app, which a static test cannot).
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +80,31 @@ def load_as_sidecar(
         if "cannot be imported" in str(exc) or "unknown driver" in str(exc):
             unavailable(f"driver not installed here: {exc}")
         raise
+
+
+@pytest.mark.parametrize(
+    "example",
+    DEPLOYMENT_EXAMPLES,
+    ids=[p.name.removesuffix("-values.yaml") for p in DEPLOYMENT_EXAMPLES],
+)
+def test_priority_pubsub_check_accepts_the_rendered_config(
+    helm: Helm, example: Path, tmp_path: Path
+) -> None:
+    """The real CLI, as the container runs it: config from the ConfigMap, env from the pod."""
+    docs = helm.render([example])
+    (deployment,) = find(docs, "Deployment")
+    container = sidecar_container(deployment["spec"]["template"]["spec"])
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config_of(docs)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env.update(sidecar_environment(container, config_file))
+    result = subprocess.run(
+        [sys.executable, "-m", "priority_pubsub", "check", "--offline"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OK: config valid" in result.stderr
+    assert json.loads(result.stdout)["driver"]["type"] == config_of(docs)["driver"]["type"]
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["classic", "native"])
