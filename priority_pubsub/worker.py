@@ -72,6 +72,12 @@ class Worker:
             await keeper.stop()
             await asyncio.shield(self._settle(attempt, immediate=True))
             raise
+        except Exception as exc:
+            # A bug must not strand the message under a lease extended forever: it is
+            # retried with backoff and, if it keeps failing, dead-lettered with this reason.
+            log.exception("internal error while delivering", message_id=message.id,
+                          queue=message.queue)
+            attempt.outcome = Outcome.retry(f"internal error: {type(exc).__name__}: {exc}"[:300])
         await keeper.stop()
         await asyncio.shield(self._settle(attempt, immediate=False))
 
@@ -111,8 +117,8 @@ class Worker:
             outcome = Outcome(outcome.kind, outcome.http_status,
                               f"{outcome.reason or outcome.kind}; settle refused: {exc}")
             log.error("settle refused: lease lost", **self._fields(message, outcome))
-        except DriverError as exc:
-            log.error("settle failed", error=str(exc), **self._fields(message, outcome))
+        except Exception as exc:  # DriverError, or a third-party driver's bug: report, go on
+            log.error("settle failed", error=repr(exc), **self._fields(message, outcome))
             outcome = Outcome(outcome.kind, outcome.http_status,
                               f"{outcome.reason or outcome.kind}; settle failed: {exc}")
         self._record(attempt, outcome)

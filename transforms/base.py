@@ -47,4 +47,9 @@ class TransformChain:
                 payload = transform(payload)
             except TransformError as exc:
                 raise TransformError(f"{transform.name}: {exc}") from None
+            except Exception as exc:
+                # A transform's bug is as deterministic as a bad body: retrying cannot help.
+                raise TransformError(
+                    f"{transform.name}: unexpected {type(exc).__name__}: {exc}"
+                ) from exc
         return payload
