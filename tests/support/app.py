@@ -95,6 +95,11 @@ class RecordingApp:
         if self._runner is not None:
             await self._runner.shutdown()
             await self._runner.cleanup()
+        # Requests still parked in a long reply delay: end them before the loop closes.
+        leftovers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in leftovers:
+            task.cancel()
+        await asyncio.gather(*leftovers, return_exceptions=True)
 
     async def _handle(self, request: web.Request) -> web.Response:
         seen = Received(request.path, dict(request.headers), await request.read(), time.time())
