@@ -11,6 +11,7 @@ from typing import Any
 
 from priority_pubsub.config import load_config
 from priority_pubsub.ops import publish_messages
+from tests.support.app import Received
 from tests.support.sidecar import cli
 
 
@@ -54,6 +55,17 @@ def journal_records(directory: Path) -> list[dict[str, Any]]:
             if line.strip():
                 records.append(json.loads(line))
     return records
+
+
+def assert_strict_with_a_late_high(received: list[Received], high: str, low: str) -> None:
+    """Four high then six low were waiting; one more high ("late") was published after the
+    sixth delivery: highs come first, and the late one overtakes the remaining lows at once."""
+    order = [r.event["queue"] for r in received]
+    assert order[:4] == [high] * 4
+    late = next(i for i, r in enumerate(received) if r.event["data"] == "late")
+    assert len(order[6:late]) <= 2, order  # at most the one in hand plus one in flight
+    assert sorted(order) == sorted([high] * 5 + [low] * 6)
+    assert all(r.event["attempt"] == 1 for r in received)
 
 
 def wait_until(predicate: Any, timeout_s: float = 20, interval_s: float = 0.05) -> None:

@@ -15,7 +15,7 @@ import pytest
 from google.pubsub_v1 import PublisherClient, SubscriberClient
 from google.pubsub_v1.types import DeadLetterPolicy, PubsubMessage, ReceivedMessage, Subscription
 
-from tests.e2e.helpers import journal_records, wait_until
+from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
 from tests.support.app import RecordingApp, Reply
 from tests.support.pubsub_emulator import PROJECT, Emulator
 from tests.support.sidecar import SidecarProcess, sidecar_config
@@ -152,12 +152,7 @@ def test_strict_priority_across_two_subscriptions(
         received = app.wait_for(11, timeout_s=30)
     finally:
         assert sidecar.stop() == 0
-    order = [r.event["queue"] for r in received]
-    assert order[:4] == [high] * 4
-    late = next(i for i, r in enumerate(received) if r.event["data"] == "late")
-    assert len(order[6:late]) <= 2, order  # at most the one in hand plus one in flight
-    assert sorted(order) == sorted([high] * 5 + [low] * 6)
-    assert all(r.event["attempt"] == 1 for r in received)
+    assert_strict_with_a_late_high(received, high, low)
 
 
 def test_task_three_times_the_ack_deadline_is_delivered_once(

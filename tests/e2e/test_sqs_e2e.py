@@ -15,7 +15,7 @@ import boto3
 import pytest
 
 from priority_pubsub.drivers.sqs import dapr_cloudevent
-from tests.e2e.helpers import journal_records, wait_until
+from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.moto_server import MotoServer
 from tests.support.sidecar import SidecarProcess, cli, sidecar_config, write_config
@@ -141,12 +141,7 @@ def test_strict_priority_across_two_queues(
         received = app.wait_for(11, timeout_s=30)
     finally:
         assert sidecar.stop() == 0
-    order = [r.event["queue"] for r in received]
-    assert order[:4] == [high] * 4
-    late = next(i for i, r in enumerate(received) if r.event["data"] == "late")
-    assert len(order[6:late]) <= 2, order  # at most the one in hand plus one in flight
-    assert sorted(order) == sorted([high] * 5 + [low] * 6)
-    assert all(r.event["attempt"] == 1 for r in received)
+    assert_strict_with_a_late_high(received, high, low)
 
 
 def test_task_three_times_the_visibility_is_delivered_once(
