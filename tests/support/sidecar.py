@@ -70,8 +70,9 @@ def local_config(directory: Path, app_url: str, **overrides: Any) -> dict[str, A
         "shutdown": {"grace_s": 5},
     }
     driver = {"type": "local", "path": str(directory / "queues.db")}
-    return sidecar_config(directory, app_url, driver, ["high", "normal", "low"],
-                          **{**defaults, **overrides})
+    config = sidecar_config(directory, app_url, driver, ["high", "normal", "low"], **defaults)
+    config.update(overrides)  # may replace the queue list itself (weights, routes)
+    return config
 
 
 class SidecarProcess:
