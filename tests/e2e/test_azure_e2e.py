@@ -3,6 +3,7 @@ run`` subprocess (azure-servicebus SDK inside) -> a real HTTP app."""
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQ
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.servicebus_broker import ServiceBusBroker
-from tests.support.sidecar import SidecarProcess, sidecar_config
+from tests.support.sidecar import sidecar_config, start_sidecar
 
 pytestmark = pytest.mark.azure
 
@@ -70,17 +71,15 @@ class Bus:
         return sidecar_config(directory, app_url, driver, queues, **{**defaults, **overrides})
 
 
+# The Service Bus SDK's first connection to the test broker can take a while on a busy machine.
+run_sidecar = functools.partial(start_sidecar, ready_timeout_s=30)
+
 @pytest.fixture
 def bus(broker: ServiceBusBroker) -> Iterator[Bus]:
     found = Bus(broker)
     yield found
     found.client.close()
 
-
-def run_sidecar(directory: Path, config: dict[str, Any]) -> SidecarProcess:
-    sidecar = SidecarProcess(directory, config)
-    sidecar.wait_ready(timeout_s=30)
-    return sidecar
 
 
 def test_strict_priority_across_two_queues(tmp_path: Path, app: RecordingApp, bus: Bus) -> None:

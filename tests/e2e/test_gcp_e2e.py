@@ -18,7 +18,7 @@ from google.pubsub_v1.types import DeadLetterPolicy, PubsubMessage, ReceivedMess
 from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
 from tests.support.app import RecordingApp, Reply
 from tests.support.pubsub_emulator import PROJECT, Emulator
-from tests.support.sidecar import SidecarProcess, sidecar_config
+from tests.support.sidecar import sidecar_config, start_sidecar
 
 pytestmark = pytest.mark.gcp
 
@@ -109,11 +109,6 @@ def gcp(pubsub_emulator: Emulator) -> Iterator[Topology]:
     topology.close()
 
 
-def run_sidecar(directory: Path, config: dict[str, Any]) -> SidecarProcess:
-    sidecar = SidecarProcess(directory, config)
-    sidecar.wait_ready()
-    return sidecar
-
 
 def test_dapr_event_and_attributes_reach_the_app_unchanged(
     tmp_path: Path, app: RecordingApp, gcp: Topology
@@ -121,7 +116,7 @@ def test_dapr_event_and_attributes_reach_the_app_unchanged(
     high = gcp.queue("high")
     published = event({"job": "render-report"}, topic=high)
     gcp.publish(high, published, {"customer-tier": "gold"})
-    sidecar = run_sidecar(tmp_path, gcp.config(tmp_path, app.url, [high]))
+    sidecar = start_sidecar(tmp_path, gcp.config(tmp_path, app.url, [high]))
     try:
         [request] = app.wait_for(1)
         wait_until(lambda: journal_records(tmp_path / "journal"), timeout_s=10)
@@ -145,7 +140,7 @@ def test_strict_priority_across_two_subscriptions(
         gcp.publish(low, event(n, topic=low))
     for n in range(4):
         gcp.publish(high, event(n, topic=high))
-    sidecar = run_sidecar(tmp_path, gcp.config(tmp_path, app.url, [high, low]))
+    sidecar = start_sidecar(tmp_path, gcp.config(tmp_path, app.url, [high, low]))
     try:
         app.wait_for(6)  # four high, then low ones: now a high one arrives mid-backlog
         gcp.publish(high, event("late", topic=high))
@@ -164,7 +159,7 @@ def test_task_three_times_the_ack_deadline_is_delivered_once(
     app.behaviour = lambda _: Reply(delay_s=6.5)
     gcp.publish(high, event("long", topic=high))
     config = gcp.config(tmp_path, app.url, [high], lease={"duration_s": 2}, concurrency=2)
-    sidecar = run_sidecar(tmp_path, config)
+    sidecar = start_sidecar(tmp_path, config)
     try:
         app.wait_for(1)
         wait_until(lambda: journal_records(tmp_path / "journal"), timeout_s=15)
@@ -185,7 +180,7 @@ def test_retry_waits_the_growing_delay_then_succeeds(
     gcp.publish(high, event("flaky", topic=high))
     config = gcp.config(tmp_path, app.url, [high],
                         retry={"max_attempts": 5, "initial_delay_s": 1, "max_delay_s": 8})
-    sidecar = run_sidecar(tmp_path, config)
+    sidecar = start_sidecar(tmp_path, config)
     try:
         received = app.wait_for(4, timeout_s=30)
         wait_until(lambda: len(journal_records(tmp_path / "journal")) == 4, timeout_s=10)
@@ -206,7 +201,7 @@ def test_fatal_code_goes_to_the_dead_letter_topic_at_once(
     app.behaviour = lambda _: Reply(422)
     published = event("invalid", topic=high)
     gcp.publish(high, published, {"origin": "frontend"})
-    sidecar = run_sidecar(tmp_path, gcp.config(tmp_path, app.url, [high]))
+    sidecar = start_sidecar(tmp_path, gcp.config(tmp_path, app.url, [high]))
     try:
         wait_until(lambda: journal_records(tmp_path / "journal"), timeout_s=15)
     finally:
@@ -230,7 +225,7 @@ def test_max_attempts_dead_letters_with_reason(
     gcp.publish(high, event("doomed", topic=high))
     config = gcp.config(tmp_path, app.url, [high],
                         retry={"max_attempts": 3, "initial_delay_s": 0, "max_delay_s": 0})
-    sidecar = run_sidecar(tmp_path, config)
+    sidecar = start_sidecar(tmp_path, config)
     try:
         wait_until(lambda: len(journal_records(tmp_path / "journal")) == 3, timeout_s=20)
     finally:
@@ -251,7 +246,7 @@ def test_sigterm_returns_unfinished_messages_at_once(
     gcp.publish(high, event("busy", topic=high))
     config = gcp.config(tmp_path, app.url, [high], lease={"duration_s": 60},
                         shutdown={"grace_s": 1})
-    sidecar = run_sidecar(tmp_path, config)
+    sidecar = start_sidecar(tmp_path, config)
     try:
         app.wait_for(1)
         sidecar.terminate()

@@ -18,7 +18,7 @@ from priority_pubsub.drivers.sqs import dapr_cloudevent
 from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.moto_server import MotoServer
-from tests.support.sidecar import SidecarProcess, cli, sidecar_config, write_config
+from tests.support.sidecar import cli, sidecar_config, start_sidecar, write_config
 
 if TYPE_CHECKING:
     from types_boto3_sqs import SQSClient
@@ -88,11 +88,6 @@ def aws(moto_server: MotoServer) -> Iterator[Topology]:
     topology.close()
 
 
-def run_sidecar(directory: Path, config: dict[str, Any]) -> SidecarProcess:
-    sidecar = SidecarProcess(directory, config)
-    sidecar.wait_ready()
-    return sidecar
-
 
 def test_dapr_topology_delivers_the_original_cloudevent(
     tmp_path: Path, app: RecordingApp, aws: Topology
@@ -105,7 +100,7 @@ def test_dapr_topology_delivers_the_original_cloudevent(
     result = cli("publish", high, "--via-sns", topic_arn, "--data", published.decode(),
                  "--attr", "customer-tier=gold", config=config_path)
     assert result.returncode == 0, result.stderr
-    sidecar = run_sidecar(tmp_path, config)
+    sidecar = start_sidecar(tmp_path, config)
     try:
         [request] = app.wait_for(1)
     finally:
@@ -133,7 +128,7 @@ def test_strict_priority_across_two_queues(
                              .decode())
     config = aws.config(tmp_path, app.url, [high, low], dead, transforms=[],
                         lease={"duration_s": 10})
-    sidecar = run_sidecar(tmp_path, config)
+    sidecar = start_sidecar(tmp_path, config)
     try:
         app.wait_for(6)  # four high, then low ones: now a high one arrives mid-backlog
         aws.sqs.send_message(QueueUrl=aws.url(high), MessageBody=dapr_cloudevent("late",
@@ -153,7 +148,7 @@ def test_task_three_times_the_visibility_is_delivered_once(
                          .decode())
     config = aws.config(tmp_path, app.url, [high], dead, transforms=[], concurrency=2,
                         lease={"duration_s": 1})
-    sidecar = run_sidecar(tmp_path, config)
+    sidecar = start_sidecar(tmp_path, config)
     try:
         app.wait_for(1)
         wait_until(lambda: journal_records(tmp_path / "journal"), timeout_s=15)
@@ -193,7 +188,7 @@ def test_retry_backoff_max_attempts_and_bad_bodies_on_sqs(
     )
     config = aws.config(tmp_path, app.url, [high], dead, concurrency=3,
                         retry={"max_attempts": 3, "initial_delay_s": 1, "max_delay_s": 8})
-    sidecar = run_sidecar(tmp_path, config)
+    sidecar = start_sidecar(tmp_path, config)
     try:
         wait_until(lambda: len(journal_records(tmp_path / "journal")) == 7, timeout_s=30)
     finally:
@@ -235,7 +230,7 @@ def test_sigterm_returns_unfinished_messages_at_once(
                          .decode())
     config = aws.config(tmp_path, app.url, [high], dead, transforms=[],
                         lease={"duration_s": 60}, shutdown={"grace_s": 1})
-    sidecar = run_sidecar(tmp_path, config)
+    sidecar = start_sidecar(tmp_path, config)
     try:
         app.wait_for(1)
         sidecar.terminate()

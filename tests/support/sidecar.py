@@ -135,3 +135,12 @@ class SidecarProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             return self.wait()
+
+
+def start_sidecar(directory: Path, config: dict[str, Any], ready_timeout_s: float = 20,
+                  name: str = "sidecar") -> SidecarProcess:
+    """``priority-pubsub run`` in a subprocess, returned once ``/readyz`` answers 200."""
+    sidecar = SidecarProcess(directory, config, name=name)
+    sidecar.wait_ready(timeout_s=ready_timeout_s)
+    return sidecar
+
