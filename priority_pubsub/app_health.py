@@ -55,7 +55,8 @@ class AppProbe:
         """None when the app passes; otherwise why not (one short line, no secrets)."""
         try:
             if self._url is None:
-                return await self._connect()
+                await self._connect()
+                return None
             return await self._get(self._url)
         except (OSError, TimeoutError, aiohttp.ClientError) as exc:
             return f"{type(exc).__name__}: {exc}"[:200] if str(exc) else type(exc).__name__

@@ -10,19 +10,26 @@ import json
 
 import aiohttp
 
+from priority_pubsub.app_health import NOT_REACHABLE
+from priority_pubsub.backpressure import BUSY_STATUSES, parse_retry_after
 from priority_pubsub.cloudevent import AppRequest
 from priority_pubsub.config import AppConfig
 from priority_pubsub.outcome import Outcome
 
 
-def classify(status: int, body: bytes, fatal_codes: tuple[int, ...]) -> Outcome:
-    """Dapr's response table (DESIGN §4), exactly."""
+def classify(
+    status: int, body: bytes, fatal_codes: tuple[int, ...], retry_after: str | None = None
+) -> Outcome:
+    """Dapr's response table (DESIGN §4), plus the app's "not now": 429 or 503 with a
+    ``Retry-After`` is a release (the app did not take the message), not a failed attempt."""
     if 200 <= status < 300:
         return _classify_success(status, body)
     if status == 404:
         return Outcome.drop("app returned 404", status)
     if status in fatal_codes:
         return Outcome.dead(f"app returned fatal status {status}", status)
+    if status in BUSY_STATUSES and (wait_s := parse_retry_after(retry_after)) is not None:
+        return Outcome.release(f"app busy: {status} with Retry-After {wait_s:g}s", status, wait_s)
     return Outcome.retry(f"app returned {status}", status)
 
 
@@ -71,7 +78,11 @@ class Forwarder:
         try:
             async with self._session.post(url, data=request.body, headers=request.headers) as rsp:
                 body = await rsp.content.read(self._app.max_response_bytes)
-                return classify(rsp.status, body, self._app.fatal_codes)
+                return classify(rsp.status, body, self._app.fatal_codes,
+                                rsp.headers.get("Retry-After"))
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            # The request never reached the app (refused, DNS, connect timeout): not an attempt.
+            return Outcome.release(f"{NOT_REACHABLE}: {type(exc).__name__}: {exc}"[:300])
         except TimeoutError:
             return Outcome.retry(f"app did not answer within {self._app.timeout_s:g}s")
         except aiohttp.ClientError as exc:

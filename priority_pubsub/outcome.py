@@ -11,6 +11,7 @@ class Kind(enum.StrEnum):
     RETRY = "retry"
     DEAD = "dead"
     DROP = "drop"
+    RELEASE = "release"  # placeholder until wt/core's release verb lands
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,8 @@ class Outcome:
     kind: Kind
     http_status: int | None = None
     reason: str | None = None
+    delay_s: float | None = None
+    """For a release: how long the app asked us to wait (its ``Retry-After``)."""
 
     @classmethod
     def ack(cls, http_status: int | None = None) -> Outcome:
@@ -34,3 +37,8 @@ class Outcome:
     @classmethod
     def drop(cls, reason: str, http_status: int | None = None) -> Outcome:
         return cls(Kind.DROP, http_status, reason)
+
+    @classmethod
+    def release(cls, reason: str, http_status: int | None = None,
+                delay_s: float | None = None) -> Outcome:
+        return cls(Kind.RELEASE, http_status, reason, delay_s)

@@ -12,6 +12,7 @@ import contextlib
 import random
 import signal
 
+from priority_pubsub.app_gate import AppGate
 from priority_pubsub.config import Settings
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.drivers.base import DepthReporter, Driver, DriverContext, Pinger
@@ -53,7 +54,9 @@ class Sidecar:
             if settings.journal else None
         )
         self.dispatcher = Dispatcher(settings, self.driver, self.metrics, rng)
-        self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal)
+        self.gate = AppGate(settings, self.metrics)
+        self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal,
+                             self.gate)
         self.server = OpsServer(self)
         self.watchdog = LoopWatchdog(settings.server.stall_after_s)
         self.connected = False
@@ -72,6 +75,8 @@ class Sidecar:
             return "draining"
         if not self.connected:
             return "driver not connected"
+        if not self.gate.health.up:
+            return self.gate.health.reason
         if not self.dispatcher.healthy:
             return "driver unreachable: last receive failed"
         if isinstance(self.driver, Pinger):
@@ -98,12 +103,13 @@ class Sidecar:
         try:
             receiving = asyncio.create_task(self._receive_loop(), name="receive-loop")
             depth = asyncio.create_task(self._refresh_depth(), name="depth-refresh")
+            probing = asyncio.create_task(self.gate.run(), name="app-probe")
             stop = asyncio.create_task(self._stop.wait())
             await asyncio.wait({receiving, stop}, return_when=asyncio.FIRST_COMPLETED)
             self.draining = True
-            for task in (receiving, depth, stop):
+            for task in (receiving, depth, probing, stop):
                 task.cancel()
-            await asyncio.gather(depth, stop, return_exceptions=True)
+            await asyncio.gather(depth, probing, stop, return_exceptions=True)
             with contextlib.suppress(asyncio.CancelledError):
                 await receiving
             await self._drain()
@@ -130,13 +136,12 @@ class Sidecar:
         await self._connect()
         pause = 0.5
         while True:
-            free = self.settings.concurrency - len(self._tasks)
+            free = self.gate.capacity(len(self._tasks))
             if free <= 0:
-                self._slot_freed.clear()
-                await self._slot_freed.wait()
+                await self._wait_for_room()
                 continue
             try:
-                messages = await self.dispatcher.take(free)
+                messages = await self._take_while_open(free)
             except DriverError as exc:
                 log.warning("receive failed, backing off", error=str(exc), retry_in_s=pause)
                 await asyncio.sleep(pause)
@@ -145,6 +150,34 @@ class Sidecar:
             pause = 0.5
             for message in messages:
                 self._start_task(message)
+
+    async def _wait_for_room(self) -> None:
+        """Until a worker slot frees or the app gate changes (app back, pause over...)."""
+        self._slot_freed.clear()
+        waits = {asyncio.ensure_future(self._slot_freed.wait()),
+                 asyncio.ensure_future(self.gate.wait_for_change())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    async def _take_while_open(self, free: int) -> list[Message]:
+        """``dispatcher.take``, abandoned (its receives cancelled, nothing lost) as soon as the
+        app gate closes: while the app is down or busy nothing is received."""
+        take = asyncio.create_task(self.dispatcher.take(free), name="take")
+        try:
+            while not take.done():
+                change = asyncio.ensure_future(self.gate.wait_for_change())
+                await asyncio.wait({take, change}, return_when=asyncio.FIRST_COMPLETED)
+                change.cancel()
+                if not take.done() and self.gate.blocked() is not None:
+                    take.cancel()
+                    await asyncio.gather(take, return_exceptions=True)
+                    return []
+            return take.result()
+        finally:
+            take.cancel()
 
     async def _refresh_depth(self) -> None:
         """Keep ``priority_pubsub_queue_depth`` current (what KEDA/HPA scale on)."""

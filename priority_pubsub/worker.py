@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from priority_pubsub.app_gate import AppGate
 from priority_pubsub.cloudevent import build_request, is_expired
 from priority_pubsub.config import Settings
 from priority_pubsub.drivers.base import Driver
@@ -48,8 +49,10 @@ class Worker:
         forwarder: Forwarder,
         metrics: Metrics,
         journal: JournalWriter | None,
+        gate: AppGate | None = None,
     ) -> None:
         self._settings = settings
+        self._gate = gate or AppGate(settings, metrics)
         self._driver = driver
         self._forwarder = forwarder
         self._metrics = metrics
@@ -97,19 +100,25 @@ class Worker:
         )
         if is_expired(request.event, datetime.now(UTC)):
             return Outcome.drop("expired: CloudEvent expiration has passed")
+        if (blocked := self._gate.blocked()) is not None:
+            # Paused since this message was received: hand it back, the app never saw it.
+            return self._gate.settle_release(message, Outcome.release(blocked))
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
         outcome = await self._forwarder.forward(self._routes[message.queue], request)
         self._metrics.queue(message.queue, message.priority).forward_seconds.observe(
             time.perf_counter() - started
         )
-        return outcome
+        return self._gate.observe(message, outcome)
 
     async def _settle(self, attempt: Attempt, *, immediate: bool) -> None:
         message, outcome = attempt.message, attempt.outcome
         assert outcome is not None
         outcome = self._final_outcome(message, outcome)
-        delay_s = 0.0 if immediate else self._settings.retry.delay_for(message.attempt)
+        if outcome.kind is Kind.RELEASE:
+            delay_s = 0.0 if immediate else outcome.delay_s or 0.0
+        else:
+            delay_s = 0.0 if immediate else self._settings.retry.delay_for(message.attempt)
         decided = outcome
         try:
             await self._with_retries(message, lambda: self._settle_call(message, decided, delay_s))
@@ -136,7 +145,7 @@ class Worker:
     async def _settle_call(self, message: Message, outcome: Outcome, delay_s: float) -> None:
         if outcome.kind is Kind.ACK:
             await self._driver.ack(message)
-        elif outcome.kind is Kind.RETRY:
+        elif outcome.kind in (Kind.RETRY, Kind.RELEASE):  # RELEASE: placeholder until core's verb
             await self._driver.retry(message, delay_s)
         elif self._driver.dead_letter_enabled:
             await self._driver.dead_letter(message, outcome.reason or outcome.kind.value)

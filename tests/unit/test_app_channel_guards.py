@@ -34,9 +34,11 @@ def test_breaker_opens_after_n_consecutive_failures_only() -> None:
     breaker.record_success()  # the run is broken: counting starts again
     assert not breaker.record_failure()
     assert not breaker.record_failure()
-    assert breaker.state is BreakerState.CLOSED and breaker.permits() is None
+    assert breaker.state is BreakerState.CLOSED
+    assert breaker.permits() is None
     assert breaker.record_failure()
-    assert breaker.state is BreakerState.OPEN and breaker.permits() == 0
+    assert breaker.state is BreakerState.OPEN
+    assert breaker.permits() == 0
     assert breaker.closes_in_s() == 10
 
 
@@ -47,12 +49,15 @@ def test_breaker_half_open_lets_one_through_and_its_result_decides() -> None:
     clock.advance(4.9)
     assert breaker.state is BreakerState.OPEN
     clock.advance(0.1)
-    assert breaker.state is BreakerState.HALF_OPEN and breaker.permits() == 1
+    assert breaker.state is BreakerState.HALF_OPEN
+    assert breaker.permits() == 1
     assert breaker.record_failure()  # the trial failed: open again for the whole open_s
-    assert breaker.state is BreakerState.OPEN and breaker.closes_in_s() == 5
+    assert breaker.state is BreakerState.OPEN
+    assert breaker.closes_in_s() == 5
     clock.advance(5)
     breaker.record_success()
-    assert breaker.state is BreakerState.CLOSED and breaker.permits() is None
+    assert breaker.state is BreakerState.CLOSED
+    assert breaker.permits() is None
 
 
 def test_a_straggler_success_does_not_close_an_open_breaker() -> None:
@@ -73,10 +78,12 @@ def test_not_now_halves_once_per_episode_and_pauses() -> None:
     clock = FakeClock()
     limiter = AimdLimiter(8, clock=clock)
     limiter.on_busy(2)
-    assert limiter.limit == 4 and limiter.paused_for_s() == 2
+    assert limiter.limit == 4
+    assert limiter.paused_for_s() == 2
     clock.advance(0.5)
     limiter.on_busy(2)  # another in-flight delivery of the same episode
-    assert limiter.limit == 4 and limiter.paused_for_s() == 2
+    assert limiter.limit == 4
+    assert limiter.paused_for_s() == 2
     clock.advance(2)
     assert limiter.paused_for_s() == 0
     limiter.on_busy(1)
@@ -121,15 +128,19 @@ def test_retry_after_seconds_or_http_date(header: str | None, expected: float | 
 def test_health_starts_gated_then_threshold_failures_take_it_down() -> None:
     clock = FakeClock()
     state = HealthState(threshold=3, clock=clock)
-    assert not state.up and "waiting for the app" in state.reason
+    assert not state.up
+    assert "waiting for the app" in state.reason
     assert not state.probe_failed("ConnectionRefusedError")
     assert state.reason == "app not reachable: ConnectionRefusedError"
-    assert state.probe_passed() and state.up and state.ever_up
+    assert state.probe_passed()
+    assert state.up
+    assert state.ever_up
     assert not state.probe_failed("health check /healthz answered 500")
     assert not state.probe_failed("health check /healthz answered 500")
     clock.advance(7)
     assert state.probe_failed("health check /healthz answered 500")
-    assert not state.up and state.reason == "app unhealthy: health check /healthz answered 500"
+    assert not state.up
+    assert state.reason == "app unhealthy: health check /healthz answered 500"
     clock.advance(3)
     assert state.down_for_s() == 3
 
@@ -139,7 +150,8 @@ def test_a_failed_connect_takes_it_down_at_once_and_a_probe_brings_it_back() -> 
     state.probe_passed()
     assert state.went_down("app not reachable: connection refused")
     assert not state.went_down("again")  # already down: one transition
-    assert state.probe_passed() and state.up
+    assert state.probe_passed()
+    assert state.up
 
 
 def test_outage_log_once_then_at_a_slow_interval_with_credentials_masked() -> None:
