@@ -47,6 +47,7 @@ class AppDownScenario:
     down_s: ClassVar[float] = 10.0
     concurrency: ClassVar[int] = 4
     delivered_timeout_s: ClassVar[float] = 90.0
+    ready_timeout_s: ClassVar[float] = 20.0
 
     def scenario_config(self, directory: Path, app_url: str, **overrides: Any) -> dict[str, Any]:
         """A sidecar config with one consumed queue (``self.scenario_queue``) and a DLQ."""
@@ -66,7 +67,7 @@ class AppDownScenario:
         config = self.scenario_config(tmp_path, f"http://127.0.0.1:{port}", retry=RETRY,
                                       concurrency=self.concurrency)
         with RecordingApp(port=port) as app:
-            sidecar = start_sidecar(tmp_path, config)
+            sidecar = start_sidecar(tmp_path, config, self.ready_timeout_s)
             self.scenario_publish([f'{{"n": "warm-{run}"}}'])
             app.wait_for(1)
         try:

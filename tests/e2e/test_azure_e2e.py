@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 
+from tests.e2e.app_down import AppDownScenario
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.servicebus_broker import ServiceBusBroker
@@ -169,3 +170,23 @@ def test_sigterm_abandons_unfinished_messages_at_once(
         [message] = receiver.receive_messages(max_wait_time=2)
         assert message.delivery_count == 1
         receiver.complete_message(message)
+
+
+class TestServiceBusAppDown(AppDownScenario):
+    """Issue 13 on Service Bus (shorter): delivery_count cannot be undone; see the README."""
+
+    ready_timeout_s = 30.0
+
+    @pytest.fixture(autouse=True)
+    def _topology(self, bus: Bus) -> None:
+        self.bus = bus
+        self.queue = bus.queue("high", lock_s=10)
+
+    def scenario_config(self, directory: Path, app_url: str, **overrides: Any) -> dict[str, Any]:
+        return self.bus.config(directory, app_url, [self.queue], **overrides)
+
+    def scenario_publish(self, bodies: list[str]) -> None:
+        self.bus.send(self.queue, *bodies)
+
+    def scenario_dead_letters(self) -> int:
+        return len(self.bus.dead_letters(self.queue))

@@ -15,6 +15,7 @@ import pytest
 from google.pubsub_v1 import PublisherClient, SubscriberClient
 from google.pubsub_v1.types import DeadLetterPolicy, PubsubMessage, ReceivedMessage, Subscription
 
+from tests.e2e.app_down import AppDownScenario
 from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
 from tests.support.app import RecordingApp, Reply
 from tests.support.pubsub_emulator import PROJECT, Emulator
@@ -259,3 +260,22 @@ def test_sigterm_returns_unfinished_messages_at_once(
     assert item.delivery_attempt == 2
     [record] = journal_records(tmp_path / "journal")
     assert record["outcome"] == "retry"
+
+
+class TestPubSubAppDown(AppDownScenario):
+    """Issue 13 on Pub/Sub (shorter): delivery_attempt cannot be undone; see the README."""
+
+    @pytest.fixture(autouse=True)
+    def _topology(self, gcp: Topology) -> None:
+        self.gcp = gcp
+        self.queue = gcp.queue("high")
+
+    def scenario_config(self, directory: Path, app_url: str, **overrides: Any) -> dict[str, Any]:
+        return self.gcp.config(directory, app_url, [self.queue], **overrides)
+
+    def scenario_publish(self, bodies: list[str]) -> None:
+        for body in bodies:
+            self.gcp.publish(self.queue, body.encode())
+
+    def scenario_dead_letters(self) -> int:
+        return len(self.gcp.dead_letters())

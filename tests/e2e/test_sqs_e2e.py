@@ -15,6 +15,7 @@ import boto3
 import pytest
 
 from priority_pubsub.drivers.sqs import dapr_cloudevent
+from tests.e2e.app_down import AppDownScenario
 from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.moto_server import MotoServer
@@ -245,3 +246,34 @@ def test_sigterm_returns_unfinished_messages_at_once(
     assert item["Attributes"]["ApproximateReceiveCount"] == "2"
     [record] = journal_records(tmp_path / "journal")
     assert record["outcome"] == "retry"
+
+
+class TestSqsAppDown(AppDownScenario):
+    """Issue 13 on SQS: a return cannot undo ApproximateReceiveCount, so an outage costs one
+    attempt to each message in hand (at most ``concurrency``) and nothing more."""
+
+    messages = 50  # moto slows with deep queues
+    down_s = 30.0
+
+    @pytest.fixture(autouse=True)
+    def _topology(self, aws: Topology) -> None:
+        self.aws = aws
+        self.queue, self.dead = aws.queue("high"), aws.queue("dead")
+
+    def scenario_config(self, directory: Path, app_url: str, **overrides: Any) -> dict[str, Any]:
+        return self.aws.config(directory, app_url, [self.queue], self.dead, transforms=[],
+                               **overrides)
+
+    def scenario_publish(self, bodies: list[str]) -> None:
+        url = self.aws.url(self.queue)
+        for start in range(0, len(bodies), 10):
+            self.aws.sqs.send_message_batch(QueueUrl=url, Entries=[
+                {"Id": str(i), "MessageBody": body}
+                for i, body in enumerate(bodies[start:start + 10])])
+
+    def scenario_dead_letters(self) -> int:
+        attributes = self.aws.sqs.get_queue_attributes(
+            QueueUrl=self.aws.url(self.dead),
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return sum(int(value) for value in attributes.values())
