@@ -11,7 +11,12 @@ sqs (``--driver sqs``, ministack): an in-process sidecar with three empty queues
 ReceiveMessage is counted by a botocore ``before-call`` hook on the driver's client; pickup is
 timed from SendMessage (by this process) to the app.
 
-    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60]
+outage (``--outage-s 60``, both drivers): an in-process sidecar (concurrency 4, three
+queues) whose app process stops while 20 messages wait on the high queue; every
+``driver.receive`` call per queue is counted over the outage, with the messages handed back
+(the app never saw them), and the time from the app's return to the last delivery.
+
+    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60] [--outage-s 60]
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from bench.brokers import LocalBroker, SqsBroker
+from bench.brokers import Broker, LocalBroker, SqsBroker
 from bench.common import (
     AppProcess,
     CliSidecar,
@@ -175,11 +181,74 @@ async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+OUTAGE_BACKLOG = 20
+
+
+async def _until(predicate: Callable[[], bool], interval_s: float = 0.02) -> None:
+    """Poll state owned by another process (or the sidecar's internals) until it holds."""
+    while True:
+        if predicate():
+            return
+        await asyncio.sleep(interval_s)
+
+
+async def outage_cost(name: str, outage_s: float) -> dict[str, Any]:
+    """Broker receive calls per queue while the app is down for ``outage_s``, a backlog
+    waiting; messages handed back; seconds from the app's return to the last delivery."""
+    with temp_dir(f"outage-{name}") as directory:
+        broker: Broker = LocalBroker(directory) if name == "local" else SqsBroker(directory)
+        app = AppProcess()
+        try:
+            await broker.create(QUEUES)
+            settings = make_settings(directory, broker.driver_config(), QUEUES,
+                                     app_url=app.url, concurrency=4)
+            driver = build_driver(settings)
+            calls = dict.fromkeys(QUEUES, 0)
+            receive = driver.receive
+
+            async def counted(queue: str, max_messages: int, wait_s: float) -> Any:
+                calls[queue] += 1
+                return await receive(queue, max_messages, wait_s)
+
+            setattr(driver, "receive", counted)  # noqa: B010 - count every broker receive
+            sidecar = Sidecar(settings, driver=driver)
+            running = asyncio.create_task(sidecar.run(handle_signals=False))
+            await _until(lambda: sidecar.gate.health.up)
+            app.stop()
+            await broker.preload("high", OUTAGE_BACKLOG)
+            await _until(lambda: not sidecar.gate.health.up)  # a delivery found it gone
+            before = dict(calls)
+            await asyncio.sleep(outage_s)
+            during = {q: calls[q] - before[q] for q in QUEUES}
+            returned = sidecar.metrics.registry.get_sample_value(
+                "priority_pubsub_messages_settled_total",
+                {"queue": "high", "priority": "0", "outcome": "release"}) or 0.0
+            back = time.monotonic()
+            app = AppProcess(port=app.port)
+            await _until(lambda: app.stats()["requests"] > OUTAGE_BACKLOG)  # + this stats call
+            recovery_s = time.monotonic() - back
+            sidecar.request_stop()
+            await running
+        finally:
+            app.stop()
+            await broker.close()
+    return {
+        "outage_s": outage_s,
+        "receive_calls_per_queue": during,
+        "receive_calls_per_queue_max": max(during.values()),
+        "messages_returned": int(returned),
+        "app_back_to_backlog_delivered_s": rounded(recovery_s, 2),
+    }
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in args.driver:
         log(f"idle: {name} ...")
         out[name] = await (local_idle(args) if name == "local" else sqs_idle(args))
+        if args.outage_s:
+            log(f"outage: {name}, {args.outage_s:g} s ...")
+            out[name]["outage"] = await outage_cost(name, args.outage_s)
     return out
 
 
@@ -191,6 +260,8 @@ def main() -> None:
     parser.add_argument("--sqs-window-s", type=float, default=60,
                         help="SQS long polls last 20 s: use a multiple of it")
     parser.add_argument("--trials", type=int, default=5, help="pickup measurements")
+    parser.add_argument("--outage-s", type=float, default=0,
+                        help="also measure an app outage of this length (0: skip)")
     args = parser.parse_args()
     args.driver = args.driver or ["local"]
     with temp_dir("logs") as directory:
@@ -199,10 +270,13 @@ def main() -> None:
     rows = [[name, r["receive_calls_per_min_per_queue"],
              r.get("sqlite_jobs_per_min_in_process"),
              r.get("idle_cpu_percent", r.get("process_cpu_percent_in_process")),
-             r["pickup_median_s"], r["pickup_max_s"]] for name, r in result.items()]
+             r["pickup_median_s"], r["pickup_max_s"],
+             r["outage"]["receive_calls_per_queue_max"] if "outage" in r else None,
+             r["outage"]["messages_returned"] if "outage" in r else None]
+            for name, r in result.items()]
     emit("idle", {"drivers": result},
          ["driver", "receives/min/queue", "sqlite jobs/min", "idle CPU %", "pickup p50 s",
-          "pickup max s"], rows)
+          "pickup max s", "outage receives/queue", "outage returns"], rows)
 
 
 if __name__ == "__main__":

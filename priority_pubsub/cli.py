@@ -84,10 +84,13 @@ def check(
         "for rendered manifests.")] = False,
 ) -> None:
     """Validate the config, reach the driver and the app, print the config (secrets masked)."""
+    from priority_pubsub.app_health import mask_url
     from priority_pubsub.ops import check_reachability
 
     settings = _settings(config)
-    typer.echo(json.dumps(settings.model_dump(mode="json"), indent=2))
+    shown = settings.model_dump(mode="json")
+    shown["app"]["url"] = mask_url(settings.app.url)  # user:password@ in the URL is a secret
+    typer.echo(json.dumps(shown, indent=2))
     if offline:
         typer.echo("OK: config valid (offline: driver and app not contacted)", err=True)
         return

@@ -10,8 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import aiohttp
-
+from priority_pubsub.app_health import AppProbe, mask_url
 from priority_pubsub.config import Settings
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger, Publisher
 from priority_pubsub.errors import ConfigError, DriverError
@@ -50,13 +49,13 @@ async def check_reachability(settings: Settings) -> list[str]:
                 await driver.ping()
     except DriverError as exc:
         problems.append(f"driver {settings.driver.type}: {exc}")
+    probe = AppProbe(settings.app.url, settings.app.health_probe)  # the sidecar's own gate
     try:
-        timeout = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.options(settings.app.url) as response:
-            await response.read()  # any HTTP answer means the app is listening
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        problems.append(f"app {settings.app.url}: unreachable ({type(exc).__name__}: {exc})")
+        problem = await probe.check()
+    finally:
+        await probe.close()
+    if problem is not None:
+        problems.append(f"app {mask_url(settings.app.url)}: unreachable ({problem})")
     return problems
 
 

@@ -17,7 +17,13 @@ from tests.e2e.app_down import RETRY, AppDownScenario, scrape, total
 from tests.e2e.helpers import journal_records, publish, queue_rows, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.servers import free_port
-from tests.support.sidecar import SidecarProcess, local_config, start_sidecar, write_config
+from tests.support.sidecar import (
+    SidecarProcess,
+    cli,
+    local_config,
+    start_sidecar,
+    write_config,
+)
 
 
 class TestLocalAppDown(AppDownScenario):
@@ -190,3 +196,13 @@ def _readyz(sidecar: SidecarProcess) -> tuple[int, str]:
     reason = str(answer.json().get("reason", ""))
     return answer.status_code, reason.partition(":")[0]
 
+
+
+def test_check_probes_like_the_gate_and_masks_credentials_in_the_app_url(tmp_path: Path) -> None:
+    url = f"http://user:s3cret@127.0.0.1:{free_port()}/tasks"
+    config = local_config(tmp_path, url, app={"url": url})
+    result = cli("check", config=write_config(tmp_path, config))
+    assert result.returncode == 1
+    assert "s3cret" not in result.stdout + result.stderr
+    assert "FAIL app http://***@127.0.0.1:" in result.stderr
+    assert "unreachable (ConnectionRefusedError" in result.stderr
