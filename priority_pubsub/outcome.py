@@ -7,11 +7,15 @@ from dataclasses import dataclass
 
 
 class Kind(enum.StrEnum):
+    """What became of one attempt; the journal's ``outcome`` and the metrics' label."""
+
     ACK = "ack"
     RETRY = "retry"
     DEAD = "dead"
     DROP = "drop"
-    RELEASE = "release"  # placeholder until wt/core's release verb lands
+    RELEASE = "release"
+    """Handed back unseen (surplus of a wake-up, the app down): not an attempt where the
+    broker lets us avoid counting it (``Driver.release``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +39,12 @@ class Outcome:
         return cls(Kind.DEAD, http_status, reason)
 
     @classmethod
-    def drop(cls, reason: str, http_status: int | None = None) -> Outcome:
-        return cls(Kind.DROP, http_status, reason)
-
-    @classmethod
     def release(cls, reason: str, http_status: int | None = None,
                 delay_s: float | None = None) -> Outcome:
+        """Give the message back without the app having taken it; ``reason`` says why.
+        ``http_status``/``delay_s``: the app's "not now" (429/503) and its Retry-After."""
         return cls(Kind.RELEASE, http_status, reason, delay_s)
+
+    @classmethod
+    def drop(cls, reason: str, http_status: int | None = None) -> Outcome:
+        return cls(Kind.DROP, http_status, reason)
