@@ -41,9 +41,11 @@ JOURNAL_FIELDS: tuple[JournalField, ...] = (
     JournalField("received_ms", "long", False, "epoch ms this attempt was leased"),
     JournalField("forwarded_ms", "long", True, "epoch ms the request to the app started"),
     JournalField("settled_ms", "long", False, "epoch ms the outcome was settled"),
-    JournalField("outcome", "string", False, "ack, retry, dead or drop"),
+    JournalField("outcome", "string", False,
+                 "ack, retry, dead, drop or release (handed back unseen)"),
     JournalField("http_status", "int", True, "the app's status code, null if none"),
-    JournalField("reason", "string", True, "why it was retried, dropped or dead-lettered"),
+    JournalField("reason", "string", True,
+                 "why it was retried, released, dropped or dead-lettered"),
     JournalField("bytes", "long", False, "body size in bytes as received"),
 )
 OUTCOMES = ("ack", "retry", "dead", "drop")
