@@ -111,14 +111,17 @@ class AppGate:
         due = max(waits)
         return due if due > 0 else None
 
-    async def wait_for_change(self, timeout_s: float | None = None) -> None:
-        """Until the gate's state changes (or a timed block may have ended)."""
+    async def wait_for_change(self, was_blocked: bool) -> None:
+        """Until the gate opens or closes (or a timed block may have ended).
+
+        ``was_blocked`` is what the caller last saw: if that changed before this coroutine
+        began to run (a pause may end in between), it returns at once instead of waiting for
+        a notification that already happened."""
         changed = self._changed
-        due = self.reopens_in_s()
-        if due is not None:
-            timeout_s = due if timeout_s is None else min(timeout_s, due)
+        if (self.blocked() is not None) != was_blocked:
+            return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), timeout_s)
+            await asyncio.wait_for(changed.wait(), self.reopens_in_s())
 
     # -- feeding it ----------------------------------------------------------------------
 

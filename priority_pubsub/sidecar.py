@@ -144,8 +144,9 @@ class Sidecar:
     async def _wait_for_room(self) -> None:
         """Until a worker slot frees or the app gate changes (app back, pause over...)."""
         self._slot_freed.clear()
+        blocked = self.gate.blocked() is not None
         waits = {asyncio.ensure_future(self._slot_freed.wait()),
-                 asyncio.ensure_future(self.gate.wait_for_change())}
+                 asyncio.ensure_future(self.gate.wait_for_change(blocked))}
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -158,7 +159,7 @@ class Sidecar:
         take = asyncio.create_task(self.dispatcher.take(free), name="take")
         try:
             while not take.done():
-                change = asyncio.ensure_future(self.gate.wait_for_change())
+                change = asyncio.ensure_future(self.gate.wait_for_change(False))
                 await asyncio.wait({take, change}, return_when=asyncio.FIRST_COMPLETED)
                 change.cancel()
                 if not take.done() and self.gate.blocked() is not None:

@@ -139,7 +139,9 @@ def test_app_answering_503_retry_after_slows_down_and_dead_letters_nothing(
 
     concurrency = 8
     with RecordingApp(behaviour) as app:
-        config = local_config(tmp_path, app.url, retry=RETRY, concurrency=concurrency,
+        # max_delay_s caps the pause: leave room for the app's 2 s
+        retry = {**RETRY, "max_delay_s": 5}
+        config = local_config(tmp_path, app.url, retry=retry, concurrency=concurrency,
                               queues=[{"name": "high"}])
         config_path = write_config(tmp_path, config, "publisher.yaml")
         sidecar = start_sidecar(tmp_path, config)

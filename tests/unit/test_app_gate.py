@@ -3,6 +3,7 @@ probe; the forwarder's classification against a real closed port and a real 503)
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -177,3 +178,14 @@ async def test_a_closed_port_is_a_connect_phase_failure_but_a_reset_is_an_attemp
     finally:
         await forwarder.close()
         await runner.cleanup()
+
+
+async def test_a_pause_that_ended_before_the_wait_began_does_not_strand_the_receiver() -> None:
+    clock = FakeClock()
+    subject, _, _ = gate(clock)
+    await subject.probe_once()
+    subject.observe(message(), Outcome.release("app busy", 503, 2.0))
+    assert subject.blocked() is not None  # the receiver sees the pause ...
+    clock.advance(2)  # ... and it ends before the receiver's wait starts
+    await asyncio.wait_for(subject.wait_for_change(True), 1)  # returns at once
+    assert subject.capacity(0) == 4
