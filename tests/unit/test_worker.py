@@ -11,6 +11,8 @@ from priority_pubsub.config import validate_config
 from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.message import Lease, Message, now_ms
 from priority_pubsub.metrics import Metrics
+from priority_pubsub.observer import DeliveryObserver
+from priority_pubsub.settler import Settler
 from priority_pubsub.transforms.base import Payload, TransformChain
 from priority_pubsub.worker import Worker
 
@@ -54,7 +56,9 @@ def worker(driver: RecordingDriver) -> Worker:
     settings = validate_config({"queues": [{"name": "q"}], "dead_letter": {"queue": "dead"},
                                 "retry": {"max_attempts": 3, "initial_delay_s": 2}})
     forwarder = Forwarder(settings.app, 1)
-    return Worker(settings, driver, forwarder, Metrics(), None)  # type: ignore[arg-type]
+    observer = DeliveryObserver(Metrics(), None, driver_type="fake")
+    settler = Settler(settings, driver, observer)  # type: ignore[arg-type]
+    return Worker(settings, driver, forwarder, observer, settler)  # type: ignore[arg-type]
 
 
 async def test_a_transform_bug_dead_letters_with_the_reason() -> None:
