@@ -1,4 +1,8 @@
-"""The delivery journal: one JSON line per settled attempt (schema version 1).
+"""The delivery journal: one JSON line per settle (schema version 2).
+
+Version 2 added two outcomes (``release``: handed back unseen; ``settle_failed``: the
+settle call failed or was refused, so the broker delivers the message again); its fields
+are those of version 1, and readers take both (``READABLE_VERSIONS``).
 
 The schema is defined once, here (``JOURNAL_FIELDS``); the writer below and the PySpark
 report both derive from it. Records are buffered in memory and written by one background
@@ -17,8 +21,11 @@ from pathlib import Path
 from typing import IO, Literal
 
 from priority_pubsub.message import now_ms
+from priority_pubsub.outcome import Kind
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Versions this code reads: a version only ever adds outcomes or nullable fields."""
 FieldType = Literal["int", "long", "string"]
 
 
@@ -31,7 +38,7 @@ class JournalField:
 
 
 JOURNAL_FIELDS: tuple[JournalField, ...] = (
-    JournalField("v", "int", False, "schema version, 1"),
+    JournalField("v", "int", False, "schema version, 2 (1: before release/settle_failed)"),
     JournalField("message_id", "string", False, "broker message id"),
     JournalField("queue", "string", False, "queue name"),
     JournalField("priority", "int", False, "0 = highest"),
@@ -41,14 +48,13 @@ JOURNAL_FIELDS: tuple[JournalField, ...] = (
     JournalField("received_ms", "long", False, "epoch ms this attempt was leased"),
     JournalField("forwarded_ms", "long", True, "epoch ms the request to the app started"),
     JournalField("settled_ms", "long", False, "epoch ms the outcome was settled"),
-    JournalField("outcome", "string", False,
-                 "ack, retry, dead, drop or release (handed back unseen)"),
+    JournalField("outcome", "string", False, " | ".join(k.value for k in Kind)),
     JournalField("http_status", "int", True, "the app's status code, null if none"),
     JournalField("reason", "string", True,
-                 "why it was retried, released, dropped or dead-lettered"),
+                 "why it was retried, dropped, dead-lettered, released or not settled"),
     JournalField("bytes", "long", False, "body size in bytes as received"),
 )
-OUTCOMES = ("ack", "retry", "dead", "drop")
+OUTCOMES = tuple(kind.value for kind in Kind)
 _FIELD_NAMES = tuple(f.name for f in JOURNAL_FIELDS)
 
 
@@ -103,7 +109,7 @@ def read_journal_lines(path: Path) -> tuple[list[dict[str, object]], int]:
             except json.JSONDecodeError:
                 bad += 1
                 continue
-            if isinstance(value, dict) and value.get("v") == SCHEMA_VERSION:
+            if isinstance(value, dict) and value.get("v") in READABLE_VERSIONS:
                 records.append(value)
             else:
                 bad += 1

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from priority_pubsub.config import load_config
 from priority_pubsub.ops import publish_messages
 from tests.support.app import Received
@@ -55,6 +57,16 @@ def journal_records(directory: Path) -> list[dict[str, Any]]:
             if line.strip():
                 records.append(json.loads(line))
     return records
+
+
+def samples(metrics_text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample of ``name`` in Prometheus text, by its sorted labels."""
+    found = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == name:
+                found[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
 
 
 def assert_strict_with_a_late_high(received: list[Received], high: str, low: str) -> None:

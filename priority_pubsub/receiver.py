@@ -1,0 +1,154 @@
+"""Receiving: keep every free worker slot busy, one task per message, and drain on stop.
+
+The receive loop asks the dispatcher for at most as many messages as there are free slots,
+starts one worker task per message and waits for a slot to free up when all are busy.
+``pause()`` closes a gate the loop waits on before each take (in-flight messages carry on);
+``resume()`` opens it again. The app gate (``app_gate.AppGate``) decides how many messages
+may be in hand: none before the app is reachable, while it is down, busy or the breaker is
+open, and at most the effective concurrency otherwise; a take still waiting when it closes
+is abandoned (the driver returns whatever it caught). ``stop()`` stops taking, lets
+in-flight tasks finish for ``shutdown.grace_s``, then cancels the rest: cancelled workers
+return their messages at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from priority_pubsub.app_gate import AppGate
+from priority_pubsub.backoff import Backoff
+from priority_pubsub.config import Settings
+from priority_pubsub.dispatcher import Dispatcher
+from priority_pubsub.errors import DriverError
+from priority_pubsub.logs import get_logger
+from priority_pubsub.message import Message
+from priority_pubsub.observer import DeliveryObserver
+from priority_pubsub.worker import Worker
+
+log = get_logger("priority_pubsub.sidecar")
+
+
+class Receiver:
+    def __init__(
+        self,
+        settings: Settings,
+        dispatcher: Dispatcher,
+        worker: Worker,
+        observer: DeliveryObserver,
+        gate: AppGate,
+    ) -> None:
+        self._gate = gate
+        self._grace_s = settings.shutdown.grace_s
+        self._dispatcher = dispatcher
+        self._worker = worker
+        self._observer = observer
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slot_freed = asyncio.Event()
+        self._open = asyncio.Event()
+        self._open.set()
+        self._loop: asyncio.Task[None] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def paused(self) -> bool:
+        return not self._open.is_set()
+
+    def pause(self) -> None:
+        """Stop taking new messages (in-flight ones finish) until ``resume``."""
+        self._open.clear()
+
+    def resume(self) -> None:
+        self._open.set()
+
+    async def start(self) -> None:
+        self._loop = asyncio.create_task(self._receive_loop(), name="receive-loop")
+
+    async def wait(self) -> None:
+        """Return when the receive loop ended by itself (a bug: it never should)."""
+        if self._loop is not None:
+            await asyncio.wait({self._loop})
+
+    async def stop(self) -> None:
+        """Stop taking, drain in-flight tasks for the grace period, cancel the rest."""
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+        await self._drain()
+
+    async def _receive_loop(self) -> None:
+        backoff = Backoff(initial_s=0.5, max_s=30.0)
+        while True:
+            await self._open.wait()
+            free = self._gate.capacity(len(self._tasks))
+            if free <= 0:
+                await self._wait_for_room()
+                continue
+            try:
+                messages = await self._take_while_open(free)
+            except DriverError as exc:
+                log.warning("receive failed, backing off", error=str(exc),
+                            retry_in_s=backoff.next_s())
+                await backoff.sleep()
+                continue
+            backoff.reset()
+            for message in messages:
+                self._start_task(message)
+
+    async def _wait_for_room(self) -> None:
+        """Until a worker slot frees or the app gate changes (app back, pause over...)."""
+        self._slot_freed.clear()
+        blocked = self._gate.blocked() is not None
+        waits = {asyncio.ensure_future(self._slot_freed.wait()),
+                 asyncio.ensure_future(self._gate.wait_for_change(blocked))}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    async def _take_while_open(self, free: int) -> list[Message]:
+        """``dispatcher.take``, abandoned (its receives cancelled, nothing lost) as soon as the
+        app gate closes: while the app is down or busy nothing is received."""
+        take = asyncio.create_task(self._dispatcher.take(free), name="take")
+        try:
+            while not take.done():
+                change = asyncio.ensure_future(self._gate.wait_for_change(False))
+                await asyncio.wait({take, change}, return_when=asyncio.FIRST_COMPLETED)
+                change.cancel()
+                if not take.done() and self._gate.blocked() is not None:
+                    take.cancel()
+                    await asyncio.gather(take, return_exceptions=True)
+                    return []
+            return take.result()
+        finally:
+            take.cancel()
+
+    def _start_task(self, message: Message) -> None:
+        self._observer.received(message)
+        task = asyncio.create_task(self._worker.handle(message), name=f"msg-{message.id}")
+        self._tasks.add(task)
+        self._observer.in_flight(len(self._tasks))
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._observer.in_flight(len(self._tasks))
+        self._slot_freed.set()
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("worker crashed", error=repr(error))
+
+    async def _drain(self) -> None:
+        if not self._tasks:
+            return
+        log.info("draining", in_flight=len(self._tasks), grace_s=self._grace_s)
+        _, pending = await asyncio.wait(set(self._tasks), timeout=self._grace_s)
+        if pending:
+            log.warning("grace period over, returning unfinished messages", count=len(pending))
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
