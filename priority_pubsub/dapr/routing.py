@@ -38,6 +38,7 @@ class Matcher:
         self._to_cel = json_to_cel
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
+        from celpy.celtypes import BoolType
         from celpy.evaluation import CELEvalError
 
         try:
@@ -47,7 +48,7 @@ class Matcher:
                                ) from None
         if isinstance(result, CELEvalError):  # celpy may return the error as a value
             raise RoutingError(f"match {self.expression!r}: {result.args[0]}")
-        if not isinstance(result, bool):
+        if not isinstance(result, BoolType | bool):
             raise RoutingError(f"the result of match expression {self.expression} "
                                "was not a boolean")
         return bool(result)
