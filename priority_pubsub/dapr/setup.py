@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from priority_pubsub.config import (
+    CONFIG_ENV,
     Settings,
     describe_validation_error,
     read_config_file,
@@ -37,9 +38,10 @@ def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: boo
     """Read and validate; in Dapr mode also read the resources and (``reach_app``) ask the
     app for its subscriptions. Raises ``ConfigError`` (exit 2) or ``AppNotAnswering``."""
     flags = flags or DaprdFlags()
-    path = resolve_config_path(config)
-    # With daprd's flags a config file is optional (as daprd needs none).
-    raw = read_config_file(path) if config or path.is_file() or not flags.given else {}
+    # With daprd's flags a config file is read only when named (-c or the environment): a
+    # daprd command line needs none, and a ./config.yaml of native mode must not sneak in.
+    named = config is not None or bool(os.environ.get(CONFIG_ENV))
+    raw = read_config_file(resolve_config_path(config)) if named or not flags.given else {}
     warnings = flags.apply(raw)
     if "dapr" not in raw:
         settings = validate_config(raw)

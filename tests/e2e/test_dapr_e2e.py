@@ -22,8 +22,14 @@ import pytest
 
 from tests.e2e.helpers import journal_records
 from tests.support.app import Received, RecordingApp, Reply
-from tests.support.dapr_resources import Sns, dapr_config, dapr_event, snssqs_component, \
-    subscription_v2, write_resources
+from tests.support.dapr_resources import (
+    Sns,
+    dapr_config,
+    dapr_event,
+    snssqs_component,
+    subscription_v2,
+    write_resources,
+)
 from tests.support.moto_server import MotoServer
 from tests.support.sidecar import cli, start_sidecar, write_config
 
@@ -129,7 +135,8 @@ def test_dapr_priorities_serve_the_high_topic_first(
     for number in range(50):
         sns.publish(normal, dapr_event({"n": number}, topic=normal, pubsub="shop"))
         sns.publish(high, dapr_event({"n": number}, topic=high, pubsub="shop"))
-    assert sns.visible(f"{app_id}-{high}") == 50 and sns.visible(f"{app_id}-{normal}") == 50
+    assert sns.visible(f"{app_id}-{high}") == 50
+    assert sns.visible(f"{app_id}-{normal}") == 50
     sidecar = start_sidecar(tmp_path, config)
     try:
         received = deliveries(app, 100, timeout_s=60)

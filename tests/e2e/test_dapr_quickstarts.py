@@ -17,8 +17,13 @@ import pytest
 
 from tests.e2e.helpers import journal_records
 from tests.support.app_venv import AppProcess, running_app
-from tests.support.dapr_resources import Sns, dapr_config, dapr_event, snssqs_component, \
-    write_resources
+from tests.support.dapr_resources import (
+    Sns,
+    dapr_config,
+    dapr_event,
+    snssqs_component,
+    write_resources,
+)
 from tests.support.moto_server import MotoServer
 from tests.support.sidecar import start_sidecar
 
