@@ -15,7 +15,6 @@ import base64
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,13 +34,6 @@ from tests.support.sidecar import cli, start_sidecar, write_config
 
 pytestmark = pytest.mark.sqs
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "dapr_golden"
-
-
-@pytest.fixture
-def sns(moto_server: MotoServer) -> Iterator[Sns]:
-    client = Sns(moto_server)
-    yield client
-    client.close()
 
 
 def deliveries(app: RecordingApp, count: int, timeout_s: float = 20) -> list[Received]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,13 +31,6 @@ QUICKSTARTS = Path(__file__).resolve().parents[1] / "thirdparty" / "quickstarts"
 ORDERS = 9  # the quickstart's checkout publishes orderId 1..9
 FLASK = ["{python}", "app.py"]
 UVICORN = ["{python}", "-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", "{port}"]
-
-
-@pytest.fixture
-def sns(moto_server: MotoServer) -> Iterator[Sns]:
-    client = Sns(moto_server)
-    yield client
-    client.close()
 
 
 @pytest.mark.parametrize(("app_dir", "command"), [
