@@ -1,4 +1,3 @@
-# Equivalent of dapr/quickstarts pub_sub/python/sdk/order-processor-fastapi/app.py (see README).
 from dapr.ext.fastapi import DaprApp
 from fastapi import FastAPI
 from pydantic import BaseModel
@@ -8,7 +7,6 @@ dapr_app = DaprApp(app)
 
 
 class CloudEvent(BaseModel):
-    # every field is required: a request lacking one is answered 422 by FastAPI
     datacontenttype: str
     source: str
     topic: str
@@ -21,7 +19,7 @@ class CloudEvent(BaseModel):
     traceid: str
 
 
-# DaprApp registers POST /events/orderpubsub/orders and lists it in GET /dapr/subscribe
+# Dapr subscription routes orders topic to this route
 @dapr_app.subscribe(pubsub='orderpubsub', topic='orders')
 def orders_subscriber(event: CloudEvent):
     print('Subscriber received : %s' % event.data['orderId'], flush=True)
