@@ -153,10 +153,6 @@ class Driver(Protocol):
 
     name: ClassVar[str]
     options_model: ClassVar[type[DriverOptions]]
-    releases_count_as_attempts: ClassVar[bool]
-    """True when the broker counts a ``release`` as a delivery (SQS receive count, Pub/Sub
-    delivery_attempt, Service Bus delivery_count) and nothing can undo it: the worker then
-    never dead-letters a message before delivering it (see ``settlement.admit``)."""
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
         """The one construction path: ``plugins.build_driver`` passes the validated options
@@ -198,6 +194,13 @@ class Driver(Protocol):
     @property
     def dead_letter_enabled(self) -> bool:
         """True when this driver has a dead-letter destination (configured or native)."""
+        ...
+
+    @property
+    def releases_count_as_attempts(self) -> bool:
+        """True when the broker counts a ``release`` as a delivery (SQS receive count, Pub/Sub
+        delivery_attempt, Service Bus delivery_count) and nothing can undo it: the worker
+        then never dead-letters a message before delivering it (``settlement.admit``)."""
         ...
 
     async def close(self) -> None:

@@ -48,7 +48,7 @@ JOURNAL_FIELDS: tuple[JournalField, ...] = (
     JournalField("received_ms", "long", False, "epoch ms this attempt was leased"),
     JournalField("forwarded_ms", "long", True, "epoch ms the request to the app started"),
     JournalField("settled_ms", "long", False, "epoch ms the outcome was settled"),
-    JournalField("outcome", "string", False, " | ".join(k.value for k in Kind)),
+    JournalField("outcome", "string", False, ", ".join(k.value for k in Kind)),
     JournalField("http_status", "int", True, "the app's status code, null if none"),
     JournalField("reason", "string", True,
                  "why it was retried, dropped, dead-lettered, released or not settled"),

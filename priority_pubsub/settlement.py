@@ -22,6 +22,8 @@ class Verb(enum.StrEnum):
     RETRY = "retry"
     RELEASE = "release"
     DEAD_LETTER = "dead_letter"
+    DROP = "drop"
+    """Only for drivers that settle a drop their own way (``delivery.DropHandler``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +58,14 @@ def plan_settlement(
     *,
     shutting_down: bool = False,
     dead_letter_enabled: bool = True,
+    drop_handled: bool = False,
 ) -> Settlement:
     """The one settle for ``outcome`` of delivery ``attempt``.
 
     ``shutting_down``: the attempt was cut short by shutdown; it goes back at once and a
     retry then never turns into a dead letter (the app did not get to answer).
+    ``drop_handled``: the driver settles a drop itself (daprd's per-subscription
+    dead-letter topics), else a drop goes where a dead letter goes.
     """
     kind, reason, status = outcome.kind, outcome.reason, outcome.http_status
     if kind is Kind.RELEASE:  # after the app's Retry-After, if it gave one
@@ -72,6 +77,8 @@ def plan_settlement(
         if attempt < policy.max_attempts:
             return Settlement(kind, Verb.RETRY, policy.delay_for(attempt), reason, status)
         kind, reason = Kind.DEAD, f"max attempts ({policy.max_attempts}) reached; last: {reason}"
+    if kind is Kind.DROP and drop_handled:
+        return Settlement(kind, Verb.DROP, 0.0, reason, status)
     if kind in (Kind.DEAD, Kind.DROP) and dead_letter_enabled:
         # a drop lands in the dead-letter destination too when there is one, as in Dapr
         return Settlement(kind, Verb.DEAD_LETTER, 0.0, reason, status)

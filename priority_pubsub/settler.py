@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from priority_pubsub.backoff import Backoff
 from priority_pubsub.config import Settings
+from priority_pubsub.delivery import DropHandler
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.errors import DriverError, LeaseLost
 from priority_pubsub.logs import get_logger
@@ -40,7 +41,8 @@ class Settler:
         reported as ``settle_failed``). Callers shield it from cancellation."""
         plan = plan_settlement(outcome, message.attempt, self._retry,
                                shutting_down=shutting_down,
-                               dead_letter_enabled=self._driver.dead_letter_enabled)
+                               dead_letter_enabled=self._driver.dead_letter_enabled,
+                               drop_handled=isinstance(self._driver, DropHandler))
         event = Settled(message, plan.kind, plan.reason, plan.http_status, forwarded_ms)
         try:
             await self._call_with_retries(message, plan)
@@ -78,5 +80,8 @@ class Settler:
             await driver.retry(message, plan.delay_s)
         elif plan.verb is Verb.RELEASE:
             await driver.release(message, plan.delay_s)
+        elif plan.verb is Verb.DROP:
+            assert isinstance(driver, DropHandler)
+            await driver.drop(message, plan.reason or plan.kind.value)
         else:
             await driver.dead_letter(message, plan.reason or plan.kind.value)

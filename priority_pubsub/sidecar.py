@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from priority_pubsub.app_gate import AppGate
 from priority_pubsub.backoff import Backoff
 from priority_pubsub.config import Settings
+from priority_pubsub.delivery import Delivery
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
 from priority_pubsub.errors import DriverError
@@ -50,12 +51,14 @@ class Part:
 
 class Sidecar:
     def __init__(
-        self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None
+        self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
-        self.forwarder = Forwarder(settings.app, settings.concurrency)
+        self.forwarder = Forwarder(settings.app, settings.concurrency,
+                                   exact_status=settings.dapr is not None)
         self.journal = (
             JournalWriter(settings.journal.path, settings.journal.rotate_mb)
             if settings.journal else None
@@ -67,7 +70,8 @@ class Sidecar:
         settler = Settler(settings, self.driver, self.observer)
         self.dispatcher = Dispatcher(settings, self.driver, self.observer, settler, rng)
         self.gate = AppGate(settings, self.metrics)
-        worker = Worker(settings, self.driver, self.forwarder, self.observer, settler, self.gate)
+        worker = Worker(settings, self.driver, self.forwarder, self.observer, settler, self.gate,
+                        delivery)
         self.receiver = Receiver(settings, self.dispatcher, worker, self.observer, self.gate)
         self.watchdog = LoopWatchdog(settings.server.stall_after_s)
         self.server = OpsServer(

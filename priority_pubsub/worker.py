@@ -11,11 +11,10 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from priority_pubsub.app_gate import AppGate
-from priority_pubsub.cloudevent import build_request, is_expired
 from priority_pubsub.config import Settings
+from priority_pubsub.delivery import Delivery, NativeDelivery
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.errors import TransformError
 from priority_pubsub.forwarder import Forwarder
@@ -50,6 +49,7 @@ class Worker:
         observer: DeliveryObserver,
         settler: Settler,
         gate: AppGate,
+        delivery: Delivery | None = None,
     ) -> None:
         self._settings = settings
         self._gate = gate
@@ -58,8 +58,7 @@ class Worker:
         self._observer = observer
         self._settler = settler
         self._chain = TransformChain.from_names(settings.transforms)
-        self._routes = {q.name: settings.app.url + q.route for q in settings.queues}
-        self._token = settings.app.api_token.get_secret_value()
+        self._delivery = delivery or NativeDelivery(settings)
 
     async def handle(self, message: Message) -> None:
         """Run one attempt to its settled end. Cancellation returns the message at once."""
@@ -101,16 +100,14 @@ class Worker:
             )
         except TransformError as exc:
             return Outcome.dead(f"transform failed: {exc}")
-        request = build_request(
-            message, payload, delivery=self._settings.app.delivery, api_token=self._token
-        )
-        if is_expired(request.event, datetime.now(UTC)):
-            return Outcome.drop("expired: CloudEvent expiration has passed")
+        prepared = self._delivery.prepare(message, payload)
+        if isinstance(prepared, Outcome):
+            return prepared
         if (blocked := self._gate.blocked()) is not None:
             # Paused since this message was received: hand it back, the app never saw it.
             return self._gate.settle_release(message, Outcome.release(blocked))
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
-        outcome = await self._forwarder.forward(self._routes[message.queue], request)
+        outcome = await self._forwarder.forward(prepared.url, prepared.request)
         self._observer.forwarded(message, time.perf_counter() - started)
         return self._gate.observe(message, outcome)

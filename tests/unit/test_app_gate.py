@@ -146,7 +146,7 @@ async def test_threshold_failed_probes_take_the_app_down() -> None:
 def test_only_429_or_503_with_retry_after_is_a_not_now(
     status: int, retry_after: str | None, kind: Kind
 ) -> None:
-    assert classify(status, b"", (400,), retry_after).kind is kind
+    assert classify(status, b"", (400,), retry_after=retry_after).kind is kind
 
 
 async def test_a_closed_port_is_a_connect_phase_failure_but_a_reset_is_an_attempt() -> None:
@@ -189,3 +189,22 @@ async def test_a_pause_that_ended_before_the_wait_began_does_not_strand_the_rece
     clock.advance(2)  # ... and it ends before the receiver's wait starts
     await asyncio.wait_for(subject.wait_for_change(True), 1)  # returns at once
     assert subject.capacity(0) == 4
+
+
+def test_daprd_app_health_flags_become_app_health_in_daprd_units() -> None:
+    from priority_pubsub.dapr.flags import DaprdFlags
+
+    raw: dict[str, Any] = {"app": {"url": "http://127.0.0.1:3000"}}
+    flags = DaprdFlags(health={"--enable-app-health-check": True,
+                               "--app-health-probe-interval": 2,
+                               "--app-health-probe-timeout": 250, "--app-health-threshold": 4})
+    assert flags.apply(raw) == []
+    settings = validate_config({"queues": [{"name": "q"}], **raw})
+    assert settings.app.health is not None
+    assert settings.app.health.path == "/healthz"  # daprd's default path
+    assert settings.app.health.interval_s == 2
+    assert settings.app.health.timeout_s == 0.25  # daprd's timeout is in milliseconds
+    assert settings.app.health.threshold == 4
+    ignored = DaprdFlags(health={"--app-health-check-path": "/ready"})
+    assert ignored.apply({}) == [
+        "--app-health-check-path has no effect without --enable-app-health-check (as in daprd)"]

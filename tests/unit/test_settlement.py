@@ -47,3 +47,8 @@ def test_admit_refuses_past_the_limit_only_where_the_count_is_exact() -> None:
     assert refused == Outcome.dead("max attempts (3) exceeded before delivery")
     # SQS, Pub/Sub, Service Bus: the excess may be releases the app never saw
     assert admit(4, POLICY, releases_counted=True) is None
+
+
+def test_a_driver_that_settles_drops_itself_gets_the_drop() -> None:
+    planned = plan_settlement(Outcome.drop("404", 404), 1, POLICY, drop_handled=True)
+    assert planned == Settlement(Kind.DROP, Verb.DROP, 0.0, "404", 404)
