@@ -156,6 +156,7 @@ def test_app_answering_503_retry_after_slows_down_and_dead_letters_nothing(
 
         watcher = threading.Thread(target=watch, daemon=True)
         try:
+            samples.append(total(scrape(sidecar), "priority_pubsub_effective_concurrency"))
             busy_until[0] = time.monotonic() + 10
             watcher.start()
             publish(config_path, "high", '{"n": 1}', count=300)
