@@ -14,7 +14,6 @@ return their messages at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from priority_pubsub.app_gate import AppGate
 from priority_pubsub.backoff import Backoff
@@ -68,16 +67,16 @@ class Receiver:
         self._loop = asyncio.create_task(self._receive_loop(), name="receive-loop")
 
     async def wait(self) -> None:
-        """Return when the receive loop ended by itself (a bug: it never should)."""
+        """Until the receive loop ends by itself (a bug: it never should); raises its error."""
         if self._loop is not None:
-            await asyncio.wait({self._loop})
+            await self._loop
 
     async def stop(self) -> None:
         """Stop taking, drain in-flight tasks for the grace period, cancel the rest."""
         if self._loop is not None:
             self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+            # its error, if any, was raised by ``wait``: the drain must happen regardless
+            await asyncio.gather(self._loop, return_exceptions=True)
         await self._drain()
 
     async def _receive_loop(self) -> None:
