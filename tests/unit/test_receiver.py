@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from priority_pubsub.config import validate_config
+from priority_pubsub.app_gate import AppGate
+from priority_pubsub.config import Settings, validate_config
 from priority_pubsub.message import Lease, Message, now_ms
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.observer import DeliveryObserver
@@ -29,6 +30,12 @@ class FakeWorker:
         self.handled.append(message.id)
 
 
+def open_gate(settings: Settings) -> AppGate:
+    gate = AppGate(settings, Metrics())
+    gate.health.probe_passed()
+    return gate
+
+
 def message(n: int) -> Message:
     return Message(f"m{n}", "q", 0, b"{}", {}, 1, now_ms(), Lease(None, now_ms() + 60_000))
 
@@ -37,7 +44,8 @@ async def test_a_paused_receiver_takes_nothing_until_resumed() -> None:
     settings = validate_config({"queues": [{"name": "q"}], "concurrency": 2})
     dispatcher, worker = FakeDispatcher(), FakeWorker()
     receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
-                        DeliveryObserver(Metrics(), None, driver_type="fake"))
+                        DeliveryObserver(Metrics(), None, driver_type="fake"),
+                        open_gate(settings))
     receiver.pause()
     await receiver.start()
     dispatcher.waiting.put_nowait(message(1))
@@ -48,3 +56,31 @@ async def test_a_paused_receiver_takes_nothing_until_resumed() -> None:
     assert worker.handled == ["m1"]
     await receiver.stop()
     assert receiver.in_flight == 0
+
+
+class ScriptedProbe:
+    answer: str | None = "ConnectionRefusedError"
+
+    async def check(self) -> str | None:
+        return self.answer
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_nothing_is_taken_before_the_app_gate_opens() -> None:
+    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 2})
+    dispatcher, worker, probe = FakeDispatcher(), FakeWorker(), ScriptedProbe()
+    gate = AppGate(settings, Metrics(), probe=probe)  # type: ignore[arg-type]
+    receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
+                        DeliveryObserver(Metrics(), None, driver_type="fake"), gate)
+    await receiver.start()
+    dispatcher.waiting.put_nowait(message(1))
+    await gate.probe_once()
+    await asyncio.sleep(0.05)
+    assert (dispatcher.takes, worker.handled) == (0, [])
+    probe.answer = None
+    await gate.probe_once()
+    await asyncio.sleep(0.05)
+    assert worker.handled == ["m1"]
+    await receiver.stop()
