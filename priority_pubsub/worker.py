@@ -95,6 +95,10 @@ class Worker:
         request = build_request(
             message, payload, delivery=self._settings.app.delivery, api_token=self._token
         )
+        if request.adjusted_headers:
+            log.warning("headers made safe or left out: characters a header cannot carry",
+                        message_id=message.id, queue=message.queue,
+                        headers=list(request.adjusted_headers))
         if is_expired(request.event, datetime.now(UTC)):
             return Outcome.drop("expired: CloudEvent expiration has passed")
         attempt.forwarded_ms = now_ms()
