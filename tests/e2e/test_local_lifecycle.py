@@ -98,3 +98,28 @@ def test_two_sidecars_share_one_file_without_double_delivery(
     assert sorted(delivered) == sorted(ids)
     assert set(delivered.values()) == {1}
     assert app.max_in_progress > 2  # both replicas really worked at once
+
+
+def test_idle_replica_takes_a_crashed_replicas_message_when_its_lease_ends(
+    tmp_path: Path, app: RecordingApp
+) -> None:
+    """kill -9 of the replica holding a message: the idle survivor's waiting receive must
+    wake at the lease's end (2 s), not at its next idle wake-up (20 s)."""
+    app.behaviour = lambda _: Reply(delay_s=60 if len(app.received) == 1 else 0)
+    config = local_config(tmp_path, app.url, lease={"duration_s": 2})
+    publish(write_config(tmp_path, config), "high", "{}")
+    holder = SidecarProcess(tmp_path, config, name="holder")
+    app.wait_for(1)
+    survivor = SidecarProcess(tmp_path, config, name="survivor")
+    survivor.wait_ready()
+    time.sleep(1.0)  # the survivor is now in its idle wait (woken only by the holder's extends)
+    holder.kill()
+    killed = time.monotonic()
+    holder.wait()
+    try:
+        [_, again] = app.wait_for(2, timeout_s=25)
+        waited_s = time.monotonic() - killed
+    finally:
+        assert survivor.stop() == 0
+    assert again.event["attempt"] == 2
+    assert waited_s < 2 + 2.5, f"picked up {waited_s:.1f}s after the kill (lease 2 s)"
