@@ -124,6 +124,9 @@ class ServerConfig(_Strict):
 class JournalConfig(_Strict):
     path: Path = Path("./data/journal")
     rotate_mb: float = Field(default=64, gt=0)
+    fsync: Literal["none", "every_line"] = "none"
+    """none: a line is the kernel's once written (survives a crash of the sidecar);
+    every_line: also synced to disk before the next settle (survives power loss)."""
 
 
 class LogConfig(_Strict):

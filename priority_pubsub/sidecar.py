@@ -49,7 +49,8 @@ class Sidecar:
         self.metrics = Metrics()
         self.forwarder = Forwarder(settings.app, settings.concurrency)
         self.journal = (
-            JournalWriter(settings.journal.path, settings.journal.rotate_mb)
+            JournalWriter(settings.journal.path, settings.journal.rotate_mb,
+                          settings.journal.fsync)
             if settings.journal else None
         )
         self.dispatcher = Dispatcher(settings, self.driver, self.metrics, rng)

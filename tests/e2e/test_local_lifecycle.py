@@ -123,3 +123,25 @@ def test_idle_replica_takes_a_crashed_replicas_message_when_its_lease_ends(
         assert survivor.stop() == 0
     assert again.event["attempt"] == 2
     assert waited_s < 2 + 2.5, f"picked up {waited_s:.1f}s after the kill (lease 2 s)"
+
+
+@pytest.mark.parametrize("fsync", ["none", "every_line"])
+def test_kill_9_loses_no_journal_line_of_a_settled_message(
+    tmp_path: Path, app: RecordingApp, fsync: str
+) -> None:
+    """Every acked (deleted) message has its journal line, even when the sidecar is killed
+    the moment the last one is settled (a buffer flushed every second lost those lines)."""
+    config = local_config(tmp_path, app.url, concurrency=4,
+                          journal={"path": str(tmp_path / "journal"), "rotate_mb": 64,
+                                   "fsync": fsync})
+    ids = publish(write_config(tmp_path, config), "high", "{}", count=300)
+    sidecar = SidecarProcess(tmp_path, config)
+    try:
+        wait_until(lambda: not queue_rows(tmp_path / "queues.db", "high"), timeout_s=60,
+                   interval_s=0.01)
+    finally:
+        sidecar.kill()
+        sidecar.wait()
+    records = journal_records(tmp_path / "journal")
+    assert Counter(r["outcome"] for r in records) == {"ack": 300}
+    assert sorted(r["message_id"] for r in records) == sorted(ids)
