@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import re
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -136,8 +137,10 @@ def _with_extensions(event: dict[str, Any], message: Message) -> dict[str, Any]:
     return event
 
 
-def metadata_headers(attributes: dict[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
-    """Message attributes as ``metadata.<name>`` headers, and the names of those adjusted.
+def metadata_headers(
+    attributes: Mapping[str, str], prefix: str = "metadata."
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """Message attributes as ``<prefix><name>`` headers, and the names of those adjusted.
 
     A name that is not a valid header token is left out. A value is made safe, never
     dropped: each character a header cannot carry (controls but tab, DEL, lone surrogates;
@@ -149,14 +152,19 @@ def metadata_headers(attributes: dict[str, str]) -> tuple[dict[str, str], tuple[
     adjusted: list[str] = []
     for name, value in attributes.items():
         if not _HEADER_NAME.match(name):
-            adjusted.append(f"metadata.{name}")
+            adjusted.append(f"{prefix}{name}")
             continue
         text = str(value)
-        if _UNSAFE_IN_HEADER.search(text):
+        if not header_safe(text):
             text = _UNSAFE_IN_HEADER.sub(_percent_encoded, text)
-            adjusted.append(f"metadata.{name}")
-        headers[f"metadata.{name}"] = text
+            adjusted.append(f"{prefix}{name}")
+        headers[f"{prefix}{name}"] = text
     return headers, tuple(adjusted)
+
+
+def header_safe(value: str) -> bool:
+    """Whether HTTP/1.1 (and aiohttp) can carry ``value`` in a header as it is."""
+    return _UNSAFE_IN_HEADER.search(value) is None
 
 
 def _percent_encoded(match: re.Match[str]) -> str:
@@ -184,7 +192,7 @@ def _copy_trace_headers(event: dict[str, Any], headers: dict[str, str]) -> tuple
     for name in ("traceparent", "tracestate"):
         value = event.get(name)
         if isinstance(value, str) and value:
-            if _UNSAFE_IN_HEADER.search(value):
+            if not header_safe(value):
                 left_out.append(name)
             else:
                 headers[name] = value
