@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import journal_records, publish, queue_rows, wait_until
+from tests.e2e.helpers import journal_records, publish, queue_rows, serve_until_drained
 from tests.support.app import RecordingApp
-from tests.support.sidecar import cli, local_config, start_sidecar, write_config
+from tests.support.sidecar import cli, local_config, write_config
 
 pytestmark = pytest.mark.local
 
@@ -32,13 +32,7 @@ def _cloudevent(event_id: str, **extra: object) -> str:
 def _run_until_settled(tmp_path: Path, app: RecordingApp, expected: int) -> str:
     """Start a sidecar on the published messages; return its log once all are settled."""
     config = local_config(tmp_path, app.url)
-    sidecar = start_sidecar(tmp_path, config)
-    try:
-        app.wait_for(expected, timeout_s=30)
-        wait_until(lambda: not queue_rows(tmp_path / "queues.db", "high"), timeout_s=20)
-    finally:
-        assert sidecar.stop() == 0
-    return sidecar.logs()
+    return serve_until_drained(tmp_path, config, app, expected, "high").logs()
 
 
 def _assert_all_acked_first_time(tmp_path: Path, app: RecordingApp, expected: int,
