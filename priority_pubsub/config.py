@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from priority_pubsub.config_paths import anchor_relative_paths
 from priority_pubsub.errors import ConfigError
 
 ENV_PREFIX = "PRIORITY_PUBSUB"
@@ -177,6 +178,7 @@ def load_config(path: str | Path | None = None) -> Settings:
     """Read, override from the environment, validate. Raises ``ConfigError`` (one line)."""
     config_path = resolve_config_path(path)
     raw = _read_with_dynaconf(config_path)
+    anchor_relative_paths(raw, config_path.parent.resolve(), ENV_PREFIX)  # beside the file
     settings = validate_config(raw)
     _validate_plugins(settings)
     return settings
