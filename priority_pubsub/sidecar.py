@@ -47,6 +47,7 @@ class Sidecar:
         self.settings = settings
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
+        self.metrics.concurrency.set(settings.concurrency)
         self.forwarder = Forwarder(settings.app, settings.concurrency)
         self.journal = (
             JournalWriter(settings.journal.path, settings.journal.rotate_mb)
@@ -55,7 +56,8 @@ class Sidecar:
         self.dispatcher = Dispatcher(settings, self.driver, self.metrics, rng)
         self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal)
         self.server = OpsServer(self)
-        self.watchdog = LoopWatchdog(settings.server.stall_after_s)
+        self.watchdog = LoopWatchdog(settings.server.stall_after_s,
+                                     on_stall=self.metrics.loop_stalls.inc)
         self.connected = False
         self.draining = False
         self._tasks: set[asyncio.Task[None]] = set()
