@@ -127,6 +127,21 @@ class JournalConfig(_Strict):
     rotate_mb: float = Field(default=64, gt=0)
 
 
+class TracingConfig(_Strict):
+    """OpenTelemetry export of one span per delivery attempt (README "Tracing").
+
+    Unset keys fall back to the standard ``OTEL_EXPORTER_OTLP_*`` environment variables."""
+
+    otlp_endpoint: str | None = None
+    """grpc: ``host:port`` or ``http(s)://host:port``; http: a URL (``/v1/traces`` added)."""
+    protocol: Literal["grpc", "http"] | None = None
+    """Default: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``, else
+    grpc."""
+    sample_ratio: float | None = Field(default=None, ge=0, le=1)
+    """Share of new traces recorded (a sampled parent is always followed). Default:
+    ``OTEL_TRACES_SAMPLER_ARG``, else 1."""
+
+
 class LogConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
@@ -153,6 +168,8 @@ class Settings(_Strict):
     server: ServerConfig = ServerConfig()
     journal: JournalConfig | None = None
     log: LogConfig = LogConfig()
+    tracing: TracingConfig | None = None
+    """Off unless set here or ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is in the environment."""
 
     @model_validator(mode="after")
     def _distinct_queues(self) -> Settings:

@@ -23,6 +23,7 @@ from priority_pubsub.message import Message
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.plugins import driver_class
 from priority_pubsub.server import OpsServer
+from priority_pubsub.tracing import build_tracer
 from priority_pubsub.watchdog import LoopWatchdog
 from priority_pubsub.worker import Worker
 
@@ -54,7 +55,9 @@ class Sidecar:
             if settings.journal else None
         )
         self.dispatcher = Dispatcher(settings, self.driver, self.metrics, rng)
-        self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal)
+        self.tracer = build_tracer(settings)
+        self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal,
+                             self.tracer)
         self.server = OpsServer(self)
         self.watchdog = LoopWatchdog(settings.server.stall_after_s,
                                      on_stall=self.metrics.loop_stalls.inc)
@@ -198,6 +201,7 @@ class Sidecar:
         if self.journal:
             await self.journal.close()
         await self.forwarder.close()
+        await self.tracer.close()
         await self.driver.close()
         await self.server.stop()
         await self.watchdog.stop()
