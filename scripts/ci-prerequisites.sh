@@ -27,4 +27,9 @@ apt_install() {
 }
 apt_install chromium chromium "the report screenshot test"
 apt_install promtool prometheus "the alert rule tests (promtool)"
+# The image step (make image-test): build with buildah, run with podman on runc, and the
+# Debian base made with debootstrap where no registry is reachable.
+for tool in buildah podman runc debootstrap; do
+  PATH="$PATH:/usr/sbin:/sbin" apt_install "$tool" "$tool" "the image step (make image-test)"
+done
 exit 0
