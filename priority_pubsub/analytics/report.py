@@ -257,6 +257,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    try:
+        for bound in (args.since, args.until):  # bad usage is exit 2, whatever the files
+            to_epoch_ms(bound)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if (nothing := _matches_nothing(args.journal_glob)) is not None:
         print(f"error: {nothing}", file=sys.stderr)
         return 1
