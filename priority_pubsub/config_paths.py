@@ -2,13 +2,13 @@
 
 ``priority-pubsub stats -c some/dir/config.yaml`` must read the queue file the sidecar running
 on that config writes, whatever the working directory. So a relative path *written in the
-file* (``driver.path``, ``journal.path``, any ``Path``-typed option of the configured driver)
-is anchored at the file's directory before validation. Everything else keeps following the
-working directory, as a command-line tool's paths do: built-in defaults the file does not
-mention (``./data/queues.db``), and environment overrides (``PRIORITY_PUBSUB_JOURNAL__PATH``),
-which belong to the process that sets them, not to the file. (The image reads its config
-read-only from /etc and keeps its data in the working directory, /data.)
-"""
+file* (``driver.path``, ``journal.path``, ``dapr.resources_path``, any ``Path``-typed option
+of the configured driver) is anchored at the file's directory as the file is read. Everything
+else keeps following the working directory, as a command-line tool's paths do: built-in
+defaults the file does not mention (``./data/queues.db``), environment overrides
+(``PRIORITY_PUBSUB_JOURNAL__PATH``) and daprd's ``--resources-path`` flag, which belong to the
+process that sets them, not to the file. (The image reads its config read-only from /etc and
+keeps its data in the working directory, /data.)"""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from typing import Any
 
 from priority_pubsub.errors import ConfigError
 
-CORE_PATH_KEYS: tuple[tuple[str, str], ...] = (("journal", "path"),)
-"""(section, key) of the core settings that hold filesystem paths."""
+CORE_PATH_KEYS: tuple[tuple[str, str], ...] = (("journal", "path"), ("dapr", "resources_path"))
+"""(section, key) of the core settings that hold filesystem paths (one, or a list)."""
 
 
 def anchor_relative_paths(raw: dict[str, Any], config_dir: Path, env_prefix: str) -> None:
@@ -29,14 +29,19 @@ def anchor_relative_paths(raw: dict[str, Any], config_dir: Path, env_prefix: str
     overridden = {name.upper() for name in os.environ}
     for section, key in (*CORE_PATH_KEYS, *_driver_path_keys(raw)):
         block = raw.get(section)
-        if not isinstance(block, dict) or not isinstance(block.get(key), str | Path):
+        if not isinstance(block, dict) or key not in block:
             continue
         from_env = {f"{env_prefix}_{section}".upper(), f"{env_prefix}_{section}__{key}".upper()}
-        if overridden & from_env:
-            continue
-        value = Path(block[key])
-        if not value.is_absolute():
-            block[key] = str(config_dir / value)
+        if not overridden & from_env:
+            block[key] = _anchored(block[key], config_dir)
+
+
+def _anchored(value: Any, config_dir: Path) -> Any:
+    if isinstance(value, list | tuple):
+        return [_anchored(item, config_dir) for item in value]
+    if isinstance(value, str | Path) and not Path(value).is_absolute():
+        return str(config_dir / value)
+    return value  # not a path: validation reports it
 
 
 def _driver_path_keys(raw: dict[str, Any]) -> list[tuple[str, str]]:

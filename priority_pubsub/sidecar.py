@@ -13,6 +13,7 @@ import random
 import signal
 
 from priority_pubsub.config import Settings
+from priority_pubsub.delivery import Delivery
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.drivers.base import DepthReporter, Driver, DriverContext, Pinger
 from priority_pubsub.errors import DriverError
@@ -43,13 +44,15 @@ def build_driver(settings: Settings) -> Driver:
 
 class Sidecar:
     def __init__(
-        self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None
+        self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
         self.metrics.concurrency.set(settings.concurrency)
-        self.forwarder = Forwarder(settings.app, settings.concurrency)
+        self.forwarder = Forwarder(settings.app, settings.concurrency,
+                                   exact_status=settings.dapr is not None)
         self.journal = (
             JournalWriter(settings.journal.path, settings.journal.rotate_mb)
             if settings.journal else None
@@ -57,7 +60,7 @@ class Sidecar:
         self.dispatcher = Dispatcher(settings, self.driver, self.metrics, rng)
         self.tracer = build_tracer(settings)
         self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal,
-                             self.tracer)
+                             delivery, self.tracer)
         self.server = OpsServer(self)
         self.watchdog = LoopWatchdog(settings.server.stall_after_s,
                                      on_stall=self.metrics.loop_stalls.inc)

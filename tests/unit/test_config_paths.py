@@ -75,3 +75,11 @@ def test_non_path_driver_keys_are_untouched(tmp_path: Path, elsewhere: Path) -> 
     text = "driver: {type: local, synchronous: full}\nqueues: [{name: a}]\n"
     config = _write(tmp_path / "d", text)
     assert load_config(config).driver.options() == {"synchronous": "full"}
+
+
+def test_dapr_resources_paths_follow_the_file(tmp_path: Path, elsewhere: Path) -> None:
+    from priority_pubsub.config import read_config_file
+
+    config = _write(tmp_path / "d", "dapr: {app_id: a, resources_path: [components, /abs]}\n")
+    raw = read_config_file(config)
+    assert raw["dapr"]["resources_path"] == [str(config.parent.resolve() / "components"), "/abs"]
