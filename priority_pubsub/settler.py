@@ -19,6 +19,7 @@ from priority_pubsub.message import Message
 from priority_pubsub.observer import DeliveryObserver, Settled
 from priority_pubsub.outcome import Kind, Outcome
 from priority_pubsub.settlement import Settlement, Verb, plan_settlement
+from priority_pubsub.tracing import NO_TRACE, AttemptTrace
 
 log = get_logger("priority_pubsub.delivery")
 
@@ -38,6 +39,7 @@ class Settler:
         *,
         forwarded_ms: int | None = None,
         shutting_down: bool = False,
+        trace: AttemptTrace = NO_TRACE,
     ) -> None:
         """Settle ``message`` as ``outcome`` says; never raises a driver's error (it is
         reported as ``settle_failed``). Callers shield it from cancellation."""
@@ -46,6 +48,7 @@ class Settler:
                                dead_letter_enabled=self._driver.dead_letter_enabled,
                                drop_handled=self._drop_handled)
         event = Settled(message, plan.kind, plan.reason, plan.http_status, forwarded_ms)
+        trace.settling()
         try:
             await self._call_with_retries(message, plan)
         except Exception as exc:  # DriverError, or a third-party driver's bug: report, go on
@@ -55,6 +58,7 @@ class Settler:
             reason = f"{plan.kind.value}: {plan.reason}" if plan.reason else plan.kind.value
             event = Settled(message, Kind.SETTLE_FAILED, f"{reason}; {what}: {exc}",
                             plan.http_status, forwarded_ms, detail)
+        trace.end(Outcome(event.kind, event.http_status, event.reason))
         self._observer.settled(event)
 
     async def release(self, message: Message, reason: str) -> None:

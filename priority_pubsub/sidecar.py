@@ -31,6 +31,7 @@ from priority_pubsub.plugins import build_driver
 from priority_pubsub.receiver import Receiver
 from priority_pubsub.server import OpsServer
 from priority_pubsub.settler import Settler
+from priority_pubsub.tracing import build_tracer
 from priority_pubsub.watchdog import LoopWatchdog
 from priority_pubsub.worker import Worker
 
@@ -47,6 +48,10 @@ class Part:
     stop: Callable[[], Awaitable[None]]
 
 
+async def _nothing() -> None:
+    """The start of a part that only needs stopping."""
+
+
 class Sidecar:
     def __init__(
         self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None,
@@ -55,10 +60,12 @@ class Sidecar:
         self.settings = settings
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
+        self.metrics.concurrency.set(settings.concurrency)
         self.forwarder = Forwarder(settings.app, settings.concurrency,
                                    exact_status=settings.dapr is not None)
         self.journal = (
-            JournalWriter(settings.journal.path, settings.journal.rotate_mb)
+            JournalWriter(settings.journal.path, settings.journal.rotate_mb,
+                          settings.journal.fsync)
             if settings.journal else None
         )
         self.observer = DeliveryObserver(
@@ -67,9 +74,12 @@ class Sidecar:
         )
         settler = Settler(settings, self.driver, self.observer)
         self.dispatcher = Dispatcher(settings, self.driver, self.observer, settler, rng)
-        worker = Worker(settings, self.driver, self.forwarder, self.observer, settler, delivery)
+        self.tracer = build_tracer(settings)
+        worker = Worker(settings, self.driver, self.forwarder, self.observer, settler, delivery,
+                        self.tracer)
         self.receiver = Receiver(settings, self.dispatcher, worker, self.observer)
-        self.watchdog = LoopWatchdog(settings.server.stall_after_s)
+        self.watchdog = LoopWatchdog(settings.server.stall_after_s,
+                                     on_stall=self.metrics.loop_stalls.inc)
         self.server = OpsServer(
             settings.server, stalled=lambda: self.watchdog.stalled,
             readiness_problem=self.readiness_problem, render_metrics=self.metrics.render,
@@ -82,6 +92,7 @@ class Sidecar:
             Part("ops server", self.server.start, self.server.stop),
             Part("driver", self._connect, self.driver.close),
             Part("forwarder", self.forwarder.start, self.forwarder.close),
+            Part("tracer", _nothing, self.tracer.close),
             *([Part("journal", self._start_journal, self.journal.close)] if self.journal else []),
             Part("depth refresher", self._start_depth, self._stop_depth),
             Part("receiver", self.receiver.start, self.receiver.stop),

@@ -24,6 +24,7 @@ from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.outcome import Outcome
 from priority_pubsub.settlement import admit
 from priority_pubsub.settler import Settler
+from priority_pubsub.tracing import NO_TRACE, NO_TRACING, AttemptTrace, DeliveryTracer
 from priority_pubsub.transforms.base import Payload, TransformChain
 
 log = get_logger("priority_pubsub.delivery")
@@ -35,6 +36,7 @@ class Attempt:
     message: Message
     forwarded_ms: int | None = None
     outcome: Outcome | None = None
+    trace: AttemptTrace = NO_TRACE
 
 
 class Worker:
@@ -48,8 +50,10 @@ class Worker:
         observer: DeliveryObserver,
         settler: Settler,
         delivery: Delivery | None = None,
+        tracer: DeliveryTracer = NO_TRACING,
     ) -> None:
         self._settings = settings
+        self._tracer = tracer
         self._driver = driver
         self._forwarder = forwarder
         self._observer = observer
@@ -59,7 +63,7 @@ class Worker:
 
     async def handle(self, message: Message) -> None:
         """Run one attempt to its settled end. Cancellation returns the message at once."""
-        attempt = Attempt(message)
+        attempt = Attempt(message, trace=self._tracer.attempt(message))
         keeper = LeaseKeeper(self._driver, message, self._settings.lease.duration_s,
                              self._observer)
         keeper.start()
@@ -83,7 +87,7 @@ class Worker:
         assert attempt.outcome is not None
         return self._settler.settle(attempt.message, attempt.outcome,
                                     forwarded_ms=attempt.forwarded_ms,
-                                    shutting_down=shutting_down)
+                                    shutting_down=shutting_down, trace=attempt.trace)
 
     async def _decide(self, attempt: Attempt) -> Outcome:
         message = attempt.message
@@ -100,8 +104,13 @@ class Worker:
         prepared = self._delivery.prepare(message, payload)
         if isinstance(prepared, Outcome):
             return prepared
+        if prepared.request.adjusted_headers:
+            log.warning("headers made safe or left out: characters a header cannot carry",
+                        message_id=message.id, queue=message.queue,
+                        headers=list(prepared.request.adjusted_headers))
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
-        outcome = await self._forwarder.forward(prepared.url, prepared.request)
+        request = attempt.trace.inject(prepared.request, prepared.url)
+        outcome = await self._forwarder.forward(prepared.url, request)
         self._observer.forwarded(message, time.perf_counter() - started)
         return outcome

@@ -118,7 +118,7 @@ async def test_a_failed_settle_is_journaled_as_settle_failed_never_ack(
     async def app_says_ok(*_: object) -> Outcome:
         return Outcome.ack(200)
 
-    journal = JournalWriter(tmp_path, rotate_mb=1, flush_interval_s=60)
+    journal = JournalWriter(tmp_path, rotate_mb=1)
     journal.start()
     subject = worker(FailingAck(error), journal)
     monkeypatch.setattr(subject._forwarder, "forward", app_says_ok)
