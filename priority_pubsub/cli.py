@@ -139,13 +139,19 @@ def run(
     configure_logging(settings.log.level, settings.log.format)
 
     async def serve() -> None:  # built inside: a driver may refuse its options (exit 2)
-        if loaded.plan is None:
-            await Sidecar(settings).run()
-            return
-        from priority_pubsub.dapr.runtime import report, run_dapr
+        from priority_pubsub.publish_api.server import serving
 
-        report(loaded.plan, loaded.warnings)
-        await run_dapr(settings, loaded.plan)
+        try:
+            async with serving(settings, loaded.plan):
+                if loaded.plan is None:
+                    await Sidecar(settings).run()
+                    return
+                from priority_pubsub.dapr.runtime import report, run_dapr
+
+                report(loaded.plan, loaded.warnings)
+                await run_dapr(settings, loaded.plan)
+        except OSError as exc:  # a publish API port already taken
+            raise PriorityPubsubError(f"publish API: {exc}") from None
 
     _run_reporting(serve())
 

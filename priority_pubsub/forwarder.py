@@ -12,6 +12,7 @@ import aiohttp
 
 from priority_pubsub.cloudevent import AppRequest
 from priority_pubsub.config import AppConfig
+from priority_pubsub.delivery import Prepared
 from priority_pubsub.outcome import Outcome
 
 
@@ -75,6 +76,9 @@ class Forwarder:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def deliver(self, prepared: Prepared) -> Outcome:
+        return await self.forward(prepared.url, prepared.request)
 
     async def forward(self, url: str, request: AppRequest) -> Outcome:
         assert self._session is not None, "start() first"

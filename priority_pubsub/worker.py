@@ -13,10 +13,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from priority_pubsub.config import Settings
-from priority_pubsub.delivery import Delivery, DropHandler, NativeDelivery
+from priority_pubsub.delivery import AppChannel, Delivery, DropHandler, NativeDelivery
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.errors import DriverError, LeaseLost, TransformError
-from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.journal import JournalRecord, JournalWriter
 from priority_pubsub.leases import LeaseKeeper
 from priority_pubsub.logs import get_logger
@@ -44,7 +43,7 @@ class Worker:
         self,
         settings: Settings,
         driver: Driver,
-        forwarder: Forwarder,
+        forwarder: AppChannel,
         metrics: Metrics,
         journal: JournalWriter | None,
         delivery: Delivery | None = None,
@@ -96,7 +95,7 @@ class Worker:
             return prepared
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
-        outcome = await self._forwarder.forward(prepared.url, prepared.request)
+        outcome = await self._forwarder.deliver(prepared)
         self._metrics.queue(message.queue, message.priority).forward_seconds.observe(
             time.perf_counter() - started
         )

@@ -35,7 +35,7 @@ from priority_pubsub.config import AppConfig
 from priority_pubsub.dapr.plan import DaprPlan
 from priority_pubsub.dapr.routing import RoutingError, app_path, choose_path
 from priority_pubsub.dapr.subscriptions import Subscription
-from priority_pubsub.delivery import Prepared
+from priority_pubsub.delivery import Prepared, Target
 from priority_pubsub.errors import TransformError
 from priority_pubsub.message import Message
 from priority_pubsub.outcome import Outcome
@@ -96,7 +96,8 @@ class DaprDelivery:
         if path is None:
             return Outcome.drop(f"topic {decoded.topic}: no route matched")
         headers = self._headers(decoded.metadata, event)
-        return Prepared(self._base_url + app_path(path), AppRequest(body, headers, event))
+        target = Target(self._plan.component.name, decoded.topic, path)
+        return Prepared(self._base_url + app_path(path), AppRequest(body, headers, event), target)
 
     def _event_and_body(self, decoded: Decoded) -> tuple[dict[str, Any], bytes]:
         if decoded.subscription.raw_payload:
