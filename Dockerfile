@@ -12,7 +12,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # ---- build: a virtualenv with the package and the chosen drivers' SDKs -------------------
 FROM ${PYTHON_IMAGE} AS build
-ARG EXTRAS="sqs,gcp,azure"
+ARG EXTRAS="sqs,gcp,azure,grpc"
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1

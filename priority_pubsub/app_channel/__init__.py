@@ -11,6 +11,9 @@ from priority_pubsub.delivery import AppChannel
 
 def build_channel(settings: Settings) -> AppChannel:
     if settings.app.is_grpc:
+        from priority_pubsub.app_channel.address import require_grpc_extra
+
+        require_grpc_extra("app.url grpc://")
         from priority_pubsub.app_channel.grpc import GrpcAppChannel
 
         return GrpcAppChannel(settings.app)

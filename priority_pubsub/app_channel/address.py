@@ -21,3 +21,15 @@ def grpc_target(url: str) -> str:
         raise ValueError("must name host and port: grpc://127.0.0.1:50051")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return f"{host}:{port}"
+
+
+def require_grpc_extra(what: str) -> None:
+    """A clear error instead of an ImportError when Dapr's stubs are not installed."""
+    from priority_pubsub.errors import ConfigError
+
+    try:
+        import dapr.proto.runtime.v1.appcallback_pb2  # noqa: F401
+        import grpc  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"{what} needs the grpc extra (pip install 'priority-pubsub[grpc]'): "
+                          f"{exc}") from None

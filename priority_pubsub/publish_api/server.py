@@ -51,6 +51,9 @@ async def serving(settings: Settings, plan: DaprPlan | None = None) -> AsyncIter
         await service.start()
         runner = await _start_http(service, api)
         if api.grpc_port is not None:
+            from priority_pubsub.app_channel.address import require_grpc_extra
+
+            require_grpc_extra("publish_api.grpc_port (grpc_port: null serves HTTP only)")
             from priority_pubsub.publish_api.grpc import start_server
 
             grpc_server, _ = await start_server(

@@ -60,7 +60,8 @@ def test_no_content_type_is_text_plain_and_binary_is_base64() -> None:
     assert event(b"hello", "")["datacontenttype"] == "text/plain"
     assert event(b"hello", "")["data"] == "hello"
     binary = event(b"\x00\x01", "application/octet-stream")
-    assert binary["data_base64"] == "AAE=" and "data" not in binary
+    assert binary["data_base64"] == "AAE="
+    assert "data" not in binary
 
 
 def test_cloudevent_body_is_kept_with_topic_and_pubsub_overwritten() -> None:
@@ -80,7 +81,8 @@ def test_cloudevent_defaults_fill_only_missing_fields() -> None:
     assert (kept["source"], kept["type"], kept["specversion"]) == (
         "Dapr", "com.dapr.event.sent", "1.0")
     assert kept["time"] == "2020-01-01T00:00:00Z"
-    assert kept["traceid"] == "t" and "traceparent" not in kept
+    assert kept["traceid"] == "t"
+    assert "traceparent" not in kept
 
 
 @pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b""])
