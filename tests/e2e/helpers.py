@@ -79,3 +79,23 @@ def wait_until(predicate: Any, timeout_s: float = 20, interval_s: float = 0.05) 
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+def orders_received(app: Any, count: int, timeout_s: float = 30) -> list[int]:
+    """The quickstart order-processors' "Subscriber received : N" lines, once ``count`` have
+    arrived and a second more has passed (a duplicate would show up in it)."""
+    import re
+
+    pattern = r"Subscriber received : (\d+)"
+    wait_until(lambda: len(re.findall(pattern, app.output())) >= count, timeout_s)
+    time.sleep(1)
+    return [int(n) for n in re.findall(pattern, app.output())]
+
+
+def assert_each_order_once(received: list[int], app: Any, journal: Path, orders: int
+                           ) -> list[dict[str, Any]]:
+    """Orders 1..``orders`` arrived exactly once each and every attempt was acked."""
+    assert sorted(received) == list(range(1, orders + 1)), app.output()
+    records = journal_records(journal)
+    assert [r["outcome"] for r in records] == ["ack"] * orders
+    return records

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from pathlib import Path
@@ -26,9 +25,14 @@ from dapr.proto.runtime.v1.pubsub_pb2 import PublishEventRequest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from tests.e2e.helpers import journal_records, queue_rows, wait_until
+from tests.e2e.helpers import (
+    assert_each_order_once,
+    journal_records,
+    orders_received,
+    queue_rows,
+)
 from tests.support.app import RecordingApp, Reply
-from tests.support.app_venv import AppProcess, running_app
+from tests.support.app_venv import running_app
 from tests.support.dapr_resources import Sns, dapr_config, snssqs_component, write_resources
 from tests.support.moto_server import MotoServer
 from tests.support.servers import free_port
@@ -52,13 +56,6 @@ def run_checkout(tmp_path: Path, checkout: str, api: dict[str, Any]) -> str:
         return publisher.output()
 
 
-def orders_received(app: AppProcess, count: int, timeout_s: float = 30) -> list[int]:
-    pattern = r"Subscriber received : (\d+)"
-    wait_until(lambda: len(re.findall(pattern, app.output())) >= count, timeout_s)
-    time.sleep(1)  # a duplicate would show up now
-    return [int(n) for n in re.findall(pattern, app.output())]
-
-
 @pytest.mark.local
 @pytest.mark.parametrize("checkout", CHECKOUTS)
 def test_quickstart_checkout_to_order_processor_on_local(tmp_path: Path, checkout: str) -> None:
@@ -75,8 +72,7 @@ def test_quickstart_checkout_to_order_processor_on_local(tmp_path: Path, checkou
         finally:
             assert sidecar.stop() == 0
     assert output.count("Published data") == ORDERS
-    assert sorted(received) == list(range(1, ORDERS + 1)), app.output()
-    assert [r["outcome"] for r in journal_records(tmp_path / "journal")] == ["ack"] * ORDERS
+    assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
 
 
 @pytest.mark.sqs
@@ -97,9 +93,7 @@ def test_quickstart_checkout_to_order_processor_on_sqs(
             received = orders_received(app, ORDERS)
         finally:
             assert sidecar.stop() == 0
-    assert sorted(received) == list(range(1, ORDERS + 1)), app.output()
-    records = journal_records(tmp_path / "journal")
-    assert [r["outcome"] for r in records] == ["ack"] * ORDERS
+    assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
     assert sns.visible(f"{app_id}-orders") == 0
 
 
