@@ -7,10 +7,9 @@ Service Bus does for the SDK; see its docstring for what it does and does not im
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,24 +26,11 @@ from priority_pubsub.drivers.azure_servicebus import (
 from priority_pubsub.drivers.base import DriverContext, Pinger, Publisher
 from priority_pubsub.errors import DriverError, LeaseLost
 from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
-from tests.support.servicebus_broker import ServiceBusBroker
+from tests.support.servicebus import ServiceBusBroker
 
 pytestmark = pytest.mark.azure
 
 LEASE_S = 2.0
-
-
-@pytest.fixture(scope="session")
-def servicebus_broker() -> Iterator[ServiceBusBroker]:
-    try:
-        broker = ServiceBusBroker().start()
-    except Exception as exc:  # pragma: no cover - only when proton cannot listen
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"Service Bus test broker cannot start: {exc}")
-    yield broker
-    broker.stop()
-    assert broker.error is None, broker.error
 
 
 @dataclass

@@ -15,7 +15,7 @@ from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQ
 
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
-from tests.support.servicebus_broker import ServiceBusBroker
+from tests.support.servicebus import ServiceBusBroker
 from tests.support.sidecar import sidecar_config, start_sidecar
 
 pytestmark = pytest.mark.azure
