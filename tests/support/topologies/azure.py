@@ -26,13 +26,13 @@ class ServiceBusTopology:
         self.broker = broker
         self.prefix = f"e{uuid.uuid4().hex[:8]}"
         self.client = ServiceBusClient.from_connection_string(broker.connection_string)
-        self.made: list[str] = []
+        self.created: list[str] = []
 
     def queue(self, suffix: str, lease_s: float = 2.0, max_delivery_count: int = 20) -> str:
         name = f"{self.prefix}-{suffix}"
         self.broker.create_queue(name, lock_duration_s=lease_s,
                                  max_delivery_count=max_delivery_count)
-        self.made.append(name)
+        self.created.append(name)
         return name
 
     def publish(self, queue: str, body: bytes,
@@ -45,7 +45,7 @@ class ServiceBusTopology:
 
     def dead_letters(self) -> list[DeadLetter]:
         letters: list[DeadLetter] = []
-        for queue in self.made:
+        for queue in self.created:
             with self.client.get_queue_receiver(
                 queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER, prefetch_count=0
             ) as receiver:

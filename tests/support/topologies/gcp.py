@@ -47,9 +47,11 @@ class PubSubTopology:
         ))
         return name
 
-    def queue(self, suffix: str, lease_s: float = 2.0, *, policy: bool = True) -> str:
-        """A topic and its subscription; the subscription id is the queue name."""
-        return self.subscription(suffix, self.topic(f"t-{suffix}"), policy=policy)
+    def queue(self, suffix: str, lease_s: float = 2.0, *, policy: bool = True,
+              ack_deadline_s: int = 10) -> str:
+        """A topic ``t-<suffix>`` and its subscription; the subscription id is the queue."""
+        return self.subscription(suffix, self.topic(f"t-{suffix}"), policy=policy,
+                                 ack_deadline_s=ack_deadline_s)
 
     def topic_of(self, queue: str) -> str:
         return str(self.subscriber.get_subscription(
