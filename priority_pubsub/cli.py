@@ -16,6 +16,7 @@ import typer
 
 from priority_pubsub.config import Settings, load_config
 from priority_pubsub.errors import ConfigError, PriorityPubsubError
+from priority_pubsub.redaction import redact
 
 T = TypeVar("T")
 app = typer.Typer(
@@ -33,7 +34,7 @@ ConfigOption = Annotated[
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"priority-pubsub: {message}", err=True)
+    typer.echo(f"priority-pubsub: {redact(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -87,13 +88,14 @@ def check(
     from priority_pubsub.ops import check_reachability
 
     settings = _settings(config)
-    typer.echo(json.dumps(settings.model_dump(mode="json"), indent=2))
+    # Secrets are typed (they dump masked); redact() also catches credentials in plain keys.
+    typer.echo(redact(json.dumps(settings.model_dump(mode="json"), indent=2)))
     if offline:
         typer.echo("OK: config valid (offline: driver and app not contacted)", err=True)
         return
     problems = _run_reporting(check_reachability(settings))
     for problem in problems:
-        typer.echo(f"FAIL {problem}", err=True)
+        typer.echo(f"FAIL {redact(problem)}", err=True)
     if problems:
         raise typer.Exit(1)
     typer.echo("OK: config valid, driver and app reachable", err=True)

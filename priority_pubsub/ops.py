@@ -53,7 +53,7 @@ async def check_reachability(settings: Settings) -> list[str]:
     try:
         timeout = aiohttp.ClientTimeout(total=5)
         async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.options(settings.app.url) as response:
+                session.options(settings.app.url.get_secret_value()) as response:
             await response.read()  # any HTTP answer means the app is listening
     except (aiohttp.ClientError, TimeoutError) as exc:
         problems.append(f"app {settings.app.url}: unreachable ({type(exc).__name__}: {exc})")

@@ -55,7 +55,8 @@ class Worker:
         self._metrics = metrics
         self._journal = journal
         self._chain = TransformChain.from_names(settings.transforms)
-        self._routes = {q.name: settings.app.url + q.route for q in settings.queues}
+        app_url = settings.app.url.get_secret_value()
+        self._routes = {q.name: app_url + q.route for q in settings.queues}
         self._token = settings.app.api_token.get_secret_value()
         self._log_successes = settings.log.level == "debug"
 

@@ -134,7 +134,7 @@ def test_rendered_config_is_accepted(
     if "PRIORITY_PUBSUB_APP__API_TOKEN" in names:
         token = settings.app.api_token.get_secret_value()
         assert token == SAMPLE_SECRETS["PRIORITY_PUBSUB_APP__API_TOKEN"]
-        assert settings.app.url == values["config"]["app"]["url"]
+        assert settings.app.url.get_secret_value() == values["config"]["app"]["url"]
     if "PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING" in names:
         options = settings.driver.options()
         expected = SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING"]
