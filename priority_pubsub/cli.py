@@ -1,4 +1,4 @@
-"""The ``priority-pubsub`` command line (DESIGN §6).
+"""The ``priority-pubsub`` command line (README#command-line).
 
 Exit codes: 0 clean, 1 fatal error, 2 invalid config (one line naming the key path).
 """

@@ -16,7 +16,7 @@ from priority_pubsub.outcome import Outcome
 
 
 def classify(status: int, body: bytes, fatal_codes: tuple[int, ...]) -> Outcome:
-    """Dapr's response table (DESIGN §4), exactly."""
+    """Dapr's response table (README#the-app-contract-as-daprs-sidecar-does-it), exactly."""
     if 200 <= status < 300:
         return _classify_success(status, body)
     if status == 404:
