@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.support.pubsub_emulator",
     "tests.support.moto_server",
     "tests.support.servicebus.fixtures",
+    "tests.support.topologies.fixtures",
 ]

@@ -10,17 +10,17 @@ How to add a broker (the FastStream ``tests/brokers/base`` pattern):
    ``tests.support.topologies.base.Topology`` (fresh uniquely named queues, ``publish``,
    ``dead_letters``, ``driver_options``, ``dead_letter_config``, ``close``). The driver tests in
    ``tests/drivers`` use the same class.
-2. In ``tests/e2e/test_<broker>_e2e.py``, subclass ``SidecarScenarios``, mark it, and provide
-   the ``topology`` fixture::
+   Add its fixture (fresh topology per test, closed after) to
+   ``tests/support/topologies/fixtures.py``.
+2. In ``tests/e2e/test_<broker>_e2e.py``, subclass ``SidecarScenarios``, mark it, and return
+   that fixture as ``topology``::
 
        pytestmark = pytest.mark.redis
 
        class TestRedisScenarios(SidecarScenarios):
            @pytest.fixture
-           def topology(self, redis_server: RedisServer) -> Iterator[RedisTopology]:
-               found = RedisTopology(redis_server)
-               yield found
-               found.close()
+           def topology(self, redis_topology: RedisTopology) -> RedisTopology:
+               return redis_topology
 
    Tune the class attributes below only where the broker really differs (say why in a
    comment). Broker-specific tests (wire formats, native features) go next to the subclass.
@@ -59,6 +59,9 @@ class SidecarScenarios:
     """The shortest lease the broker honours reliably; the long task runs 3.5 of these."""
     gap_slack_s: ClassVar[float] = 2.5
     """How much later than its backoff delay a retry may arrive (polling granularity)."""
+    concurrency: ClassVar[int] = 2
+    """Tasks at once in the long-task and backoff scenarios: with 2, a lapsed lease is taken
+    again by the idle slot, and settles run concurrently."""
     replica_messages: ClassVar[int] = 40
     """Messages the two replicas share (0.2 s each, two at a time per replica)."""
 
@@ -96,8 +99,7 @@ class SidecarScenarios:
         queue = topology.queue("long", lease_s=lease_s)
         app.behaviour = lambda _: Reply(delay_s=3.5 * lease_s)
         topology.publish(queue, body("long"))
-        # concurrency 2: a lapsed lease would be received again by the idle slot
-        config = self.config(topology, tmp_path, app, [queue], concurrency=2,
+        config = self.config(topology, tmp_path, app, [queue], concurrency=self.concurrency,
                              lease={"duration_s": lease_s})
         sidecar = self.start(tmp_path, config)
         try:
@@ -126,7 +128,7 @@ class SidecarScenarios:
         app.behaviour = flaky_or_doomed
         topology.publish(queue, body("flaky"))
         topology.publish(queue, body("doomed"), {"origin": "e2e"})
-        config = self.config(topology, tmp_path, app, [queue], concurrency=2,
+        config = self.config(topology, tmp_path, app, [queue], concurrency=self.concurrency,
                              lease={"duration_s": 10},
                              retry={"max_attempts": 3, "initial_delay_s": 1, "max_delay_s": 8})
         sidecar = self.start(tmp_path, config)

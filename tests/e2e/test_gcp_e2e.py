@@ -1,11 +1,10 @@
 """Pub/Sub end to end (Google's emulator): the shared scenarios, plus a Dapr
-``pubsub.gcp.pubsub`` event and its attributes reaching the app unchanged."""
+``pubsub.pubsub_topology.pubsub`` event and its attributes reaching the app unchanged."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -14,7 +13,6 @@ import pytest
 from tests.e2e.helpers import journal_records, wait_until
 from tests.e2e.scenarios import SidecarScenarios
 from tests.support.app import RecordingApp
-from tests.support.pubsub_emulator import Emulator
 from tests.support.sidecar import start_sidecar
 from tests.support.topologies.base import topology_config
 from tests.support.topologies.gcp import PubSubTopology
@@ -31,31 +29,24 @@ DAPR_EVENT = {
 }
 
 
-@pytest.fixture
-def gcp(pubsub_emulator: Emulator) -> Iterator[PubSubTopology]:
-    topology = PubSubTopology()
-    yield topology
-    topology.close()
-
-
 class TestPubSubScenarios(SidecarScenarios):
     # The emulator's modify_ack_deadline is honoured to the second: a 1 s lease extended every
     # 1/3 s leaves no margin on a busy machine.
     short_lease_s: ClassVar[float] = 2.0
 
     @pytest.fixture
-    def topology(self, gcp: PubSubTopology) -> PubSubTopology:
-        return gcp
+    def topology(self, pubsub_topology: PubSubTopology) -> PubSubTopology:
+        return pubsub_topology
 
 
 def test_dapr_event_and_attributes_reach_the_app_unchanged(
-    tmp_path: Path, app: RecordingApp, gcp: PubSubTopology
+    tmp_path: Path, app: RecordingApp, pubsub_topology: PubSubTopology
 ) -> None:
-    high = gcp.queue("high")
+    high = pubsub_topology.queue("high")
     published = json.dumps({**DAPR_EVENT, "id": str(uuid.uuid4()), "topic": high,
                             "data": {"job": "render-report"}}).encode()
-    gcp.publish(high, published, {"customer-tier": "gold"})
-    sidecar = start_sidecar(tmp_path, topology_config(gcp, tmp_path, app.url, [high]))
+    pubsub_topology.publish(high, published, {"customer-tier": "gold"})
+    sidecar = start_sidecar(tmp_path, topology_config(pubsub_topology, tmp_path, app.url, [high]))
     try:
         [request] = app.wait_for(1)
         wait_until(lambda: journal_records(tmp_path / "journal"), timeout_s=10)
@@ -67,4 +58,4 @@ def test_dapr_event_and_attributes_reach_the_app_unchanged(
     assert request.headers["metadata.customer-tier"] == "gold"
     [record] = journal_records(tmp_path / "journal")
     assert (record["outcome"], record["driver"]) == ("ack", "gcp_pubsub")
-    assert gcp.pull(high, wait_s=1) == []  # acked
+    assert pubsub_topology.pull(high, wait_s=1) == []  # acked

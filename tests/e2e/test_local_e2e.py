@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.e2e.scenarios import SidecarScenarios
@@ -14,5 +12,5 @@ pytestmark = pytest.mark.local
 
 class TestLocalScenarios(SidecarScenarios):
     @pytest.fixture
-    def topology(self, tmp_path: Path) -> LocalTopology:
-        return LocalTopology(tmp_path)
+    def topology(self, local_topology: LocalTopology) -> LocalTopology:
+        return local_topology

@@ -1,11 +1,10 @@
 """SQS end to end (moto server, real HTTP): the shared scenarios, plus the Dapr
-``pubsub.aws.snssqs`` topology: SNS topic -> SQS queue -> the real ``priority-pubsub run``
+``pubsub.sqs_topology.snssqs`` topology: SNS topic -> SQS queue -> the real ``priority-pubsub run``
 subprocess -> a real HTTP app."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ from priority_pubsub.drivers.sqs import dapr_cloudevent
 from tests.e2e.helpers import journal_records, wait_until
 from tests.e2e.scenarios import SidecarScenarios
 from tests.support.app import RecordingApp, Reply
-from tests.support.moto_server import MotoServer
 from tests.support.sidecar import cli, start_sidecar, write_config
 from tests.support.topologies.base import topology_config
 from tests.support.topologies.sqs import SqsTopology
@@ -22,25 +20,18 @@ from tests.support.topologies.sqs import SqsTopology
 pytestmark = pytest.mark.sqs
 
 
-@pytest.fixture
-def aws(moto_server: MotoServer) -> Iterator[SqsTopology]:
-    topology = SqsTopology(moto_server)
-    yield topology
-    topology.close()
-
-
 class TestSqsScenarios(SidecarScenarios):
     @pytest.fixture
-    def topology(self, aws: SqsTopology) -> SqsTopology:
-        return aws
+    def topology(self, sqs_topology: SqsTopology) -> SqsTopology:
+        return sqs_topology
 
 
 def test_dapr_topology_delivers_the_original_cloudevent(
-    tmp_path: Path, app: RecordingApp, aws: SqsTopology
+    tmp_path: Path, app: RecordingApp, sqs_topology: SqsTopology
 ) -> None:
-    high = aws.queue("high")
-    topic_arn = aws.subscribe(high)
-    config = topology_config(aws, tmp_path, app.url, [high], transforms=["sns_envelope"])
+    high = sqs_topology.queue("high")
+    topic_arn = sqs_topology.subscribe(high)
+    config = topology_config(sqs_topology, tmp_path, app.url, [high], transforms=["sns_envelope"])
     config_path = write_config(tmp_path, config)
     published = dapr_cloudevent({"job": "render-report", "customer": 42}, topic=high)
     result = cli("publish", high, "--via-sns", topic_arn, "--data", published.decode(),
@@ -58,21 +49,21 @@ def test_dapr_topology_delivers_the_original_cloudevent(
     assert request.headers["Content-Type"].startswith("application/cloudevents+json")
     assert request.headers["traceparent"] == original["traceparent"]
     assert request.headers["metadata.customer-tier"] == "gold"
-    assert aws.drain(high) == []  # acked: deleted
+    assert sqs_topology.drain(high) == []  # acked: deleted
 
 
 def test_sns_attributes_reach_the_app_and_a_bad_body_is_dead_lettered(
-    tmp_path: Path, app: RecordingApp, aws: SqsTopology
+    tmp_path: Path, app: RecordingApp, sqs_topology: SqsTopology
 ) -> None:
     """SNS message attributes become ``metadata.*`` headers; a body that is not an SNS
     envelope cannot be unwrapped: dead-lettered with the transform's reason, attributes kept."""
-    high = aws.queue("high")
-    topic_arn = aws.subscribe(high)
-    aws.sns.publish(TopicArn=topic_arn, Message=dapr_cloudevent("ok", topic=high).decode(),
+    high = sqs_topology.queue("high")
+    topic_arn = sqs_topology.subscribe(high)
+    sqs_topology.sns.publish(TopicArn=topic_arn, Message=dapr_cloudevent("ok", topic=high).decode(),
                     MessageAttributes={"origin": {"DataType": "String", "StringValue": "sns"}})
-    aws.publish(high, b"not an SNS envelope", {"origin": "legacy"})
+    sqs_topology.publish(high, b"not an SNS envelope", {"origin": "legacy"})
     app.behaviour = lambda _: Reply(200)
-    config = topology_config(aws, tmp_path, app.url, [high], transforms=["sns_envelope"])
+    config = topology_config(sqs_topology, tmp_path, app.url, [high], transforms=["sns_envelope"])
     sidecar = start_sidecar(tmp_path, config)
     try:
         wait_until(lambda: len(journal_records(tmp_path / "journal")) == 2, timeout_s=20)
@@ -80,10 +71,10 @@ def test_sns_attributes_reach_the_app_and_a_bad_body_is_dead_lettered(
         assert sidecar.stop() == 0
     [request] = app.received
     assert request.headers["metadata.origin"] == "sns"
-    [letter] = aws.dead_letters()
+    [letter] = sqs_topology.dead_letters()
     assert letter.body == b"not an SNS envelope"
     assert letter.attributes["origin"] == "legacy"
     assert "sns_envelope" in (letter.reason or "")
     assert letter.attributes["dead_letter_source"] == high
     assert sorted(r["outcome"] for r in journal_records(tmp_path / "journal")) == ["ack", "dead"]
-    assert aws.drain(high) == []
+    assert sqs_topology.drain(high) == []
