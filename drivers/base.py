@@ -29,6 +29,7 @@ __all__ = [
     "Pinger",
     "Publisher",
     "QueueDepth",
+    "StoreProbe",
     "check_options",
     "deployment",
 ]
@@ -152,6 +153,13 @@ class Publisher(Protocol):
 class Pinger(Protocol):
     async def ping(self) -> None:
         """Raise ``DriverUnavailable`` when the broker cannot be used right now (readiness)."""
+
+
+@runtime_checkable
+class StoreProbe(Protocol):
+    def missing_store(self) -> str | None:
+        """Why the driver's store does not exist yet (starting would create an empty one),
+        or None. Inspecting commands (``stats``, ``requeue``) refuse to create one."""
 
 
 def queue_names(queues: Sequence[Any]) -> tuple[str, ...]:

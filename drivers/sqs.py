@@ -196,9 +196,10 @@ class SqsDriver:
 
     async def start(self) -> None:
         check_options(self.options, self.context)  # load_config did; a driver built directly
-        self._executor = ThreadPoolExecutor(
-            self.options.max_connections, thread_name_prefix="sqs"
-        )
+        if self._executor is None:  # start() is retried while SQS is unreachable
+            self._executor = ThreadPoolExecutor(
+                self.options.max_connections, thread_name_prefix="sqs"
+            )
         for name in self.context.queues:
             await self._resolve(name)
         if self.context.dead_letter_queue is not None:

@@ -24,6 +24,7 @@ from priority_pubsub.message import Message
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.plugins import driver_class
 from priority_pubsub.server import OpsServer
+from priority_pubsub.tracing import build_tracer
 from priority_pubsub.watchdog import LoopWatchdog
 from priority_pubsub.worker import Worker
 
@@ -49,17 +50,21 @@ class Sidecar:
         self.settings = settings
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
+        self.metrics.concurrency.set(settings.concurrency)
         self.forwarder = Forwarder(settings.app, settings.concurrency,
                                    exact_status=settings.dapr is not None)
         self.journal = (
-            JournalWriter(settings.journal.path, settings.journal.rotate_mb)
+            JournalWriter(settings.journal.path, settings.journal.rotate_mb,
+                          settings.journal.fsync)
             if settings.journal else None
         )
         self.dispatcher = Dispatcher(settings, self.driver, self.metrics, rng)
+        self.tracer = build_tracer(settings)
         self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal,
-                             delivery)
+                             delivery, self.tracer)
         self.server = OpsServer(self)
-        self.watchdog = LoopWatchdog(settings.server.stall_after_s)
+        self.watchdog = LoopWatchdog(settings.server.stall_after_s,
+                                     on_stall=self.metrics.loop_stalls.inc)
         self.connected = False
         self.draining = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -200,6 +205,7 @@ class Sidecar:
         if self.journal:
             await self.journal.close()
         await self.forwarder.close()
+        await self.tracer.close()
         await self.driver.close()
         await self.server.stop()
         await self.watchdog.stop()

@@ -11,8 +11,8 @@ from typing import Any
 
 from priority_pubsub.config import load_config
 from priority_pubsub.ops import publish_messages
-from tests.support.app import Received
-from tests.support.sidecar import cli
+from tests.support.app import Received, RecordingApp
+from tests.support.sidecar import SidecarProcess, cli
 
 
 def publish(config: Path, queue: str, data: str, count: int = 1,
@@ -79,3 +79,16 @@ def wait_until(predicate: Any, timeout_s: float = 20, interval_s: float = 0.05) 
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+def serve_until_drained(directory: Path, config: dict[str, Any], app: RecordingApp,
+                        requests: int, queue: str, timeout_s: float = 30) -> SidecarProcess:
+    """Run a local-driver sidecar until the app saw ``requests`` requests and ``queue`` is
+    empty, then stop it (exit 0 asserted); its logs stay readable."""
+    sidecar = SidecarProcess(directory, config)
+    try:
+        app.wait_for(requests, timeout_s=timeout_s)
+        wait_until(lambda: not queue_rows(directory / "queues.db", queue), timeout_s=20)
+    finally:
+        assert sidecar.stop() == 0
+    return sidecar

@@ -3,13 +3,17 @@ with the real azure-servicebus SDK inside the real ``priority-pubsub run`` subpr
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import ClassVar
 
+import httpx
 import pytest
 
 from tests.e2e.scenarios import SidecarScenarios
 from tests.support.app import RecordingApp, Reply
+from tests.support.servicebus import ServiceBusBroker
+from tests.support.sidecar import SidecarProcess
 from tests.support.topologies.azure import ServiceBusTopology
 from tests.support.topologies.base import topology_config
 
@@ -49,3 +53,28 @@ def test_application_properties_reach_the_app_and_the_queue_is_left_empty(
     assert request.event["data"] == {"n": 1}
     counts = servicebus_topology.broker.counts(queue)
     assert (counts.active, counts.locked, counts.dead_lettered) == (0, 0, 0)
+
+
+def test_broker_unreachable_at_start_is_waited_for_not_ready_never_exit(
+    tmp_path: Path, app: RecordingApp
+) -> None:
+    """Issue #14: ``run`` used to exit 1 after ~0.6 s (its start retry reused the client it
+    had just closed). Now: not ready while the broker is down, delivering once it is up."""
+    late = ServiceBusBroker()  # its port is chosen now; it listens only after start()
+    topology = ServiceBusTopology(late)
+    queue = f"{topology.prefix}-late"
+    sidecar = SidecarProcess(tmp_path, topology_config(topology, tmp_path, app.url, [queue]))
+    try:
+        time.sleep(10)
+        assert sidecar.process.poll() is None, sidecar.logs()
+        assert httpx.get(f"{sidecar.ops_url}/readyz", timeout=2).status_code == 503
+        late.start()
+        late.create_queue(queue, lock_duration_s=2.0, max_delivery_count=20)
+        topology.publish(queue, b'{"n": 1}')
+        [received] = app.wait_for(1, timeout_s=40)
+        assert received.event["data"] == {"n": 1}
+        sidecar.wait_ready(timeout_s=10)
+    finally:
+        assert sidecar.stop() == 0
+        topology.close()
+        late.stop()
