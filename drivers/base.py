@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 
+from priority_pubsub.errors import ConfigError
 from priority_pubsub.message import Lease, Message
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "Publisher",
     "QueueDepth",
     "StoreProbe",
+    "check_options",
+    "deployment",
 ]
 
 
@@ -39,6 +42,23 @@ class DriverOptions(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def deployment(info: ValidationInfo) -> DriverContext | None:
+    """The ``DriverContext`` an options model is validated against (``load_config`` passes it
+    as validation context), for cross-field checks; None when validated on its own."""
+    return info.context if isinstance(info.context, DriverContext) else None
+
+
+def check_options(options: DriverOptions, context: DriverContext) -> None:
+    """Run an options model's cross-field checks against ``context``: ``load_config`` already
+    did, a driver built directly (tests, embedding) gets the same one-line ``ConfigError``."""
+    from priority_pubsub.config import describe_validation_error
+
+    try:
+        type(options).model_validate(options.model_dump(), context=context)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, prefix="driver")) from None
 
 
 @dataclass(frozen=True, slots=True)

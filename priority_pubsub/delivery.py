@@ -61,10 +61,12 @@ class DropHandler(Protocol):
 
 
 class NativeDelivery:
-    """``app.url`` + the queue's ``route``; the body per ``app.delivery`` (DESIGN §4)."""
+    """``app.url`` + the queue's ``route``; the body per ``app.delivery``
+    (README#the-app-contract-as-daprs-sidecar-does-it)."""
 
     def __init__(self, settings: Settings) -> None:
-        self._routes = {q.name: settings.app.url + q.route for q in settings.queues}
+        app_url = settings.app.url.get_secret_value()
+        self._routes = {q.name: app_url + q.route for q in settings.queues}
         self._targets = {q.name: Target(settings.app.pubsub_name, q.name, q.route)
                          for q in settings.queues}
         self._token = settings.app.api_token.get_secret_value()

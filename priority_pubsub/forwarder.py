@@ -18,12 +18,13 @@ from priority_pubsub.outcome import Outcome
 def classify(
     status: int, body: bytes, fatal_codes: tuple[int, ...], *, exact_status: bool = False
 ) -> Outcome:
-    """The app's answer as an outcome (DESIGN §4), following daprd's HTTP subscriber
-    (dapr ``pkg/runtime/subscription/postman/http/http.go``): any 2xx whose body is not a JSON
-    object, or whose ``status`` is empty or SUCCESS, acks; RETRY and unknown statuses retry;
-    DROP and 404 drop; every other code retries. Two differences, both native conveniences:
-    ``fatal_codes`` (empty in Dapr mode) dead-letter at once, and status strings match
-    case-insensitively unless ``exact_status`` (Dapr mode: daprd compares exactly).
+    """The app's answer as an outcome (README#the-app-contract-as-daprs-sidecar-does-it),
+    following daprd's HTTP subscriber (dapr ``pkg/runtime/subscription/postman/http/http.go``):
+    any 2xx whose body is not a JSON object, or whose ``status`` is empty or SUCCESS, acks;
+    RETRY and unknown statuses retry; DROP and 404 drop; every other code retries. Two
+    differences, both native conveniences: ``fatal_codes`` (empty in Dapr mode) dead-letter at
+    once, and status strings match case-insensitively unless ``exact_status`` (Dapr mode:
+    daprd compares exactly).
     """
     if 200 <= status < 300:
         return _classify_success(status, body, exact_status)

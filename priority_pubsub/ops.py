@@ -59,14 +59,14 @@ async def check_reachability(settings: Settings) -> list[str]:
     if settings.app.is_grpc:
         from priority_pubsub.app_channel.grpc import app_callback_health
 
-        problem = await app_callback_health(settings.app.url, 5)
+        problem = await app_callback_health(settings.app.url.get_secret_value(), 5)
         if problem is not None:
             problems.append(f"app {settings.app.url}: {problem}")
         return problems
     try:
         timeout = aiohttp.ClientTimeout(total=5)
         async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.options(settings.app.url) as response:
+                session.options(settings.app.url.get_secret_value()) as response:
             await response.read()  # any HTTP answer means the app is listening
     except (aiohttp.ClientError, TimeoutError) as exc:
         problems.append(f"app {settings.app.url}: unreachable ({type(exc).__name__}: {exc})")

@@ -45,7 +45,7 @@ class GrpcAppChannel:
 
     def __init__(self, app: AppConfig) -> None:
         self._app = app
-        self._target = grpc_target(app.url)
+        self._target = grpc_target(app.url.get_secret_value())
         self._channel: grpc.aio.Channel | None = None
         self._stub: AppCallbackStub | None = None
 

@@ -62,7 +62,7 @@ class Decoded:
 class DaprDelivery:
     def __init__(self, plan: DaprPlan, app: AppConfig) -> None:
         self._plan = plan
-        self._base_url = app.url.rstrip("/")
+        self._base_url = app.url.get_secret_value().rstrip("/")
         self._token = app.api_token.get_secret_value()
 
     def decode(self, message: Message, payload: Payload) -> Decoded | Outcome:

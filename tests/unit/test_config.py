@@ -33,7 +33,7 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("PRIORITY_PUBSUB_CONFIG", "ignored-as-a-key")
     settings = load_config(write(tmp_path, MINIMAL))
     assert settings.concurrency == 8
-    assert settings.app.url == "http://10.0.0.1:9000/work"
+    assert settings.app.url.get_secret_value() == "http://10.0.0.1:9000/work"
     assert settings.app.api_token.get_secret_value() == "s3cret-token"
     assert "s3cret-token" not in repr(settings)
     assert "s3cret-token" not in str(settings.model_dump(mode="json"))
