@@ -112,7 +112,8 @@ class SqsProvisioner:
             wanted["RedrivePolicy"] = {"deadLetterTargetArn": self._arn_or_placeholder(
                 dead_letter_queue), "maxReceiveCount": queue.max_receive_count}
         resource = f"sqs queue {queue.name}"
-        rows = decide(resource, self._queue_attributes(queue.name), wanted, self.mode)
+        current = self._queue_attributes(queue.name)
+        rows = decide(resource, current, wanted, self.mode)
         self.actions += rows
         if self.mode.dry_run:
             return
@@ -121,6 +122,8 @@ class SqsProvisioner:
                 self.sqs.create_queue(QueueName=queue.name, Attributes=_as_sqs(wanted))
             self._queue_attributes(queue.name)  # learn its ARN
         elif changes := to_change(rows):
+            if current and "Policy" in current:  # moto forgets a Policy not sent along
+                changes = {"Policy": current["Policy"], **changes}
             with wrapped(f"SetQueueAttributes {queue.name!r}"):
                 self.sqs.set_queue_attributes(QueueUrl=self._url(queue.name),
                                               Attributes=_as_sqs(changes))

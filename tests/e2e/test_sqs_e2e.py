@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
+from priority_pubsub.config import validate_config
 from priority_pubsub.drivers.sqs import dapr_cloudevent
+from priority_pubsub.provision import Mode, provision_blocking
 from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.moto_server import MotoServer
@@ -81,9 +83,50 @@ class Topology:
         self.sns.close()
 
 
-@pytest.fixture
-def aws(moto_server: MotoServer) -> Iterator[Topology]:
-    topology = Topology(moto_server)
+class ProvisionedTopology(Topology):
+    """The same topology made by ``provision`` alone: naming a queue or a topic re-provisions
+    the whole topology so far (``dead`` is the dead-letter queue), nothing is made by hand."""
+
+    def __init__(self, server: MotoServer) -> None:
+        super().__init__(server)
+        self.queues: list[str] = []
+        self.dead: str | None = None
+        self.sns_topics: dict[str, str] = {}
+
+    def queue(self, suffix: str) -> str:
+        name = f"{self.prefix}-{suffix}"
+        if suffix == "dead":
+            self.dead = name
+        else:
+            self.queues.append(name)
+        self._provision()
+        return name
+
+    def topic_for(self, queue: str) -> str:
+        self.sns_topics[queue] = f"{queue}-topic"
+        self._provision()
+        [arn] = [t["TopicArn"] for t in self.sns.list_topics()["Topics"]
+                 if t["TopicArn"].endswith(f":{queue}-topic")]
+        return arn
+
+    def _provision(self) -> None:
+        if not self.queues:  # a dead-letter queue alone comes with the first queue
+            return
+        driver = {"type": "sqs", "endpoint_url": self.server.endpoint_url,
+                  "region": self.server.region, "sns_topics": self.sns_topics}
+        settings = validate_config({
+            "driver": driver, "queues": [{"name": q} for q in self.queues],
+            "dead_letter": {"queue": self.dead} if self.dead else None})
+        done = provision_blocking(settings, Mode(update=True))
+        assert done.exit_code == 0, done.as_json()
+
+
+@pytest.fixture(params=["by-hand", "provisioned"])
+def aws(moto_server: MotoServer, request: pytest.FixtureRequest) -> Iterator[Topology]:
+    """Each scenario runs on a topology made by hand (as Dapr's) and on one ``provision``
+    made from the config alone."""
+    kind = Topology if request.param == "by-hand" else ProvisionedTopology
+    topology = kind(moto_server)
     yield topology
     topology.close()
 
