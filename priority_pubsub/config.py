@@ -59,6 +59,18 @@ class DriverConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+class TransformEntry(BaseModel):
+    """A transform with options: ``{name: s3_claim_check, bucket: B, ...}``; the options are
+    validated by the transform's own ``options_model``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1)
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class AppConfig(_Strict):
     url: str = "http://127.0.0.1:8000/tasks"
     timeout_s: float = Field(default=3600, gt=0)
@@ -160,7 +172,8 @@ class Settings(_Strict):
     queues: tuple[QueueConfig, ...] = Field(min_length=1)
     scheduling: Literal["strict", "weighted"] = "strict"
     concurrency: int = Field(default=4, ge=1, le=4096)
-    transforms: tuple[str, ...] = ()
+    transforms: tuple[str | TransformEntry, ...] = ()
+    """Plain names, or entries with options (``TransformEntry``), applied in order."""
     app: AppConfig = AppConfig()
     retry: RetryConfig = RetryConfig()
     dead_letter: DeadLetterConfig | None = None
@@ -293,9 +306,15 @@ def _validate_plugins(settings: Settings) -> None:
         cls.options_model.model_validate(settings.driver.options())
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, prefix="driver")) from None
-    for index, name in enumerate(settings.transforms):
+    from priority_pubsub.transforms.base import build_transform
+
+    for index, entry in enumerate(settings.transforms):
         try:
-            transform_class(name)
+            transform_class(entry if isinstance(entry, str) else entry.name)
+            build_transform(entry)
+        except ValidationError as exc:
+            raise ConfigError(describe_validation_error(exc, prefix=f"transforms.{index}")
+                              ) from None
         except ConfigError as exc:
             raise ConfigError(f"transforms.{index}: {exc}") from None
 

@@ -104,7 +104,7 @@ def test_plan_create_then_nothing_to_do(tmp_path: Path, aws: Aws) -> None:
         f"sqs queue {dead}", f"sqs queue {high}", f"sqs queue {low}",
         f"sns topic {high}-topic", f"sns subscription {high}-topic -> sqs queue {high}",
         f"sqs queue {high} policy: sns topic {high}-topic may send"}
-    with pytest.raises(Exception, match="NonExistentQueue|QueueDoesNotExist"):
+    with pytest.raises(Exception, match=r"NonExistentQueue|QueueDoesNotExist"):
         aws.attributes(high)  # a dry run changes nothing
 
     code, out = provision(config)
