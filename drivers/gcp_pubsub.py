@@ -156,8 +156,9 @@ class PubSubDriver:
         endpoint = self.options.endpoint
         options = ClientOptions(api_endpoint=endpoint) if endpoint else None
         try:
-            self._subscriber = SubscriberAsyncClient(client_options=options)
-            self._publisher = PublisherAsyncClient(client_options=options)
+            if self._subscriber is None:  # start() is retried while Pub/Sub is unreachable
+                self._subscriber = SubscriberAsyncClient(client_options=options)
+                self._publisher = PublisherAsyncClient(client_options=options)
         except auth_exceptions.GoogleAuthError as exc:
             raise DriverError(f"pub/sub credentials: {exc}", retriable=False) from exc
         if self.context.dead_letter_queue:

@@ -179,9 +179,10 @@ class SqsDriver:
         unknown = sorted(set(self.options.queue_urls) - known)
         if unknown:
             raise DriverError(f"driver.queue_urls: not configured queues: {unknown}")
-        self._executor = ThreadPoolExecutor(
-            self.options.max_connections, thread_name_prefix="sqs"
-        )
+        if self._executor is None:  # start() is retried while SQS is unreachable
+            self._executor = ThreadPoolExecutor(
+                self.options.max_connections, thread_name_prefix="sqs"
+            )
         for name in self.context.queues:
             await self._resolve(name)
         if self.context.dead_letter_queue is not None:

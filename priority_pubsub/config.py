@@ -25,6 +25,7 @@ from pydantic import (
 from priority_pubsub.config_paths import anchor_relative_paths
 from priority_pubsub.dapr.options import DaprConfig
 from priority_pubsub.errors import ConfigError
+from priority_pubsub.publish_api.options import PublishApiConfig
 
 ENV_PREFIX = "PRIORITY_PUBSUB"
 CONFIG_ENV = f"{ENV_PREFIX}_CONFIG"
@@ -71,20 +72,37 @@ class TransformEntry(BaseModel):
         return dict(self.model_extra or {})
 
 
+APP_URL_SCHEMES = ("http://", "https://", "grpc://")
+
+
 class AppConfig(_Strict):
     url: str = "http://127.0.0.1:8000/tasks"
+    """``http(s)://`` delivers CloudEvents over HTTP; ``grpc://host:port`` calls Dapr's
+    ``AppCallback`` service (apps built with dapr-ext-grpc, ``--app-protocol grpc``)."""
     timeout_s: float = Field(default=3600, gt=0)
     delivery: Literal["cloudevent", "raw"] = "cloudevent"
     fatal_codes: tuple[int, ...] = (400, 422)
     api_token: SecretStr = SecretStr("")
     max_response_bytes: int = Field(default=65_536, ge=1024)
+    pubsub_name: str = Field(default="pubsub", min_length=1)
+    """Native mode: the ``pubsubname`` the app sees (gRPC ``pubsub_name``) and the name the
+    publish API answers to. Dapr mode uses the component's name."""
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
+    def _app_url(cls, value: str) -> str:
+        if not value.startswith(APP_URL_SCHEMES):
+            raise ValueError("must be an http://, https:// or grpc://host:port URL")
+        if value.startswith("grpc://"):
+            from priority_pubsub.app_channel.address import grpc_target
+
+            grpc_target(value)  # raises ValueError naming what is wrong
+            return value
         return value.rstrip("/") if value.count("/") > 3 else value
+
+    @property
+    def is_grpc(self) -> bool:
+        return self.url.startswith("grpc://")
 
     @field_validator("fatal_codes")
     @classmethod
@@ -138,6 +156,9 @@ class ServerConfig(_Strict):
 class JournalConfig(_Strict):
     path: Path = Path("./data/journal")
     rotate_mb: float = Field(default=64, gt=0)
+    fsync: Literal["none", "every_line"] = "none"
+    """none: a line is the kernel's once written (survives a crash of the sidecar);
+    every_line: also synced to disk before the next settle (survives power loss)."""
 
 
 class TracingConfig(_Strict):
@@ -186,6 +207,8 @@ class Settings(_Strict):
     """Off unless set here or ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is in the environment."""
     dapr: DaprConfig | None = None
     """Dapr mode: queues, driver and routes come from the Dapr resources (priority_pubsub.dapr)."""
+    publish_api: PublishApiConfig | None = None
+    """daprd's publish API (HTTP and gRPC) for apps that publish; off unless present."""
 
     @model_validator(mode="after")
     def _distinct_queues(self) -> Settings:
@@ -273,7 +296,8 @@ def _refuse_dapr_manifest(config_path: Path) -> None:
 
 # Secrets are text: dynaconf would parse a token of digits ("1234") as an int and "1e5" as a
 # float. Their environment values are taken verbatim instead.
-SECRET_KEYS = (("app", "api_token"), ("driver", "connection_string"))
+SECRET_KEYS = (("app", "api_token"), ("driver", "connection_string"),
+               ("publish_api", "api_token"))
 
 
 def _secrets_verbatim_from_env(settings: dict[str, Any]) -> None:

@@ -6,12 +6,12 @@ concurrency so connections are reused and never exceed the app's capacity.
 
 from __future__ import annotations
 
-import json
-
 import aiohttp
 
+from priority_pubsub import json_text
 from priority_pubsub.cloudevent import AppRequest
 from priority_pubsub.config import AppConfig
+from priority_pubsub.delivery import Prepared
 from priority_pubsub.outcome import Outcome
 
 
@@ -36,8 +36,8 @@ def classify(
 
 def _classify_success(status: int, body: bytes, exact_status: bool) -> Outcome:
     try:
-        document = json.loads(body) if body.strip() else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        document = json_text.parse(body) if body.strip() else None
+    except json_text.JsonUnreadable:
         return Outcome.ack(status)
     if not isinstance(document, dict):
         return Outcome.ack(status)
@@ -75,6 +75,9 @@ class Forwarder:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def deliver(self, prepared: Prepared) -> Outcome:
+        return await self.forward(prepared.url, prepared.request)
 
     async def forward(self, url: str, request: AppRequest) -> Outcome:
         assert self._session is not None, "start() first"

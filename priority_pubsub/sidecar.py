@@ -12,12 +12,12 @@ import contextlib
 import random
 import signal
 
+from priority_pubsub.app_channel import build_channel
 from priority_pubsub.config import Settings
 from priority_pubsub.delivery import Delivery
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.drivers.base import DepthReporter, Driver, DriverContext, Pinger
 from priority_pubsub.errors import DriverError
-from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.journal import JournalWriter
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message
@@ -51,10 +51,10 @@ class Sidecar:
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
         self.metrics.concurrency.set(settings.concurrency)
-        self.forwarder = Forwarder(settings.app, settings.concurrency,
-                                   exact_status=settings.dapr is not None)
+        self.forwarder = build_channel(settings)
         self.journal = (
-            JournalWriter(settings.journal.path, settings.journal.rotate_mb)
+            JournalWriter(settings.journal.path, settings.journal.rotate_mb,
+                          settings.journal.fsync)
             if settings.journal else None
         )
         self.dispatcher = Dispatcher(settings, self.driver, self.metrics, rng)

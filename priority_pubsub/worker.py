@@ -8,15 +8,15 @@ message) and a retriable settle failure is retried until the lease would have la
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from priority_pubsub.config import Settings
-from priority_pubsub.delivery import Delivery, DropHandler, NativeDelivery
+from priority_pubsub.delivery import AppChannel, Delivery, DropHandler, NativeDelivery
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.errors import DriverError, LeaseLost, TransformError
-from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.journal import JournalRecord, JournalWriter
 from priority_pubsub.leases import LeaseKeeper
 from priority_pubsub.logs import get_logger
@@ -48,7 +48,7 @@ class Worker:
         self,
         settings: Settings,
         driver: Driver,
-        forwarder: Forwarder,
+        forwarder: AppChannel,
         metrics: Metrics,
         journal: JournalWriter | None,
         delivery: Delivery | None = None,
@@ -103,10 +103,14 @@ class Worker:
         prepared = self._delivery.prepare(message, payload)
         if isinstance(prepared, Outcome):
             return prepared
+        if prepared.request.adjusted_headers:
+            log.warning("headers made safe or left out: characters a header cannot carry",
+                        message_id=message.id, queue=message.queue,
+                        headers=list(prepared.request.adjusted_headers))
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
         request = attempt.trace.inject(prepared.request, prepared.url)
-        outcome = await self._forwarder.forward(prepared.url, request)
+        outcome = await self._forwarder.deliver(dataclasses.replace(prepared, request=request))
         self._metrics.queue(message.queue, message.priority).forward_seconds.observe(
             time.perf_counter() - started
         )

@@ -51,7 +51,7 @@ def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: boo
 
 
 def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loaded:
-    from priority_pubsub.dapr.discovery import fetch_app_subscriptions
+    from priority_pubsub.dapr.discovery import app_subscriptions
     from priority_pubsub.dapr.manifests import load_manifests
     from priority_pubsub.dapr.plan import build_plan
 
@@ -64,7 +64,7 @@ def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loa
                           "resources (order them with dapr.priorities)")
     manifests = load_manifests(dapr.resources_path)
     app_url = str((raw.get("app") or {}).get("url") or Settings.model_fields["app"].default.url)
-    from_app = (fetch_app_subscriptions(app_url, dapr.app_id, dapr.subscribe_timeout_s)
+    from_app = (app_subscriptions(app_url, dapr.app_id, dapr.subscribe_timeout_s)
                 if reach_app and dapr.programmatic_subscriptions else [])
     plan = build_plan(dapr, manifests, from_app)
     merged = deep_merge(plan.settings(), raw)
