@@ -93,6 +93,12 @@ def classify(exc: Exception, action: str, *, settling: bool = False) -> DriverEr
     return DriverError(f"SQS {action}: {type(exc).__name__}: {exc}")
 
 
+def is_missing_queue(exc: botocore.exceptions.ClientError) -> bool:
+    """SQS's "no such queue" answer (its codes differ between the JSON and query APIs)."""
+    error = exc.response.get("Error", {})
+    return bool({str(error.get("Code", "")), str(error.get("QueryErrorCode", ""))} & _NO_QUEUE)
+
+
 @contextmanager
 def wrapped(action: str, *, settling: bool = False) -> Iterator[None]:
     try:

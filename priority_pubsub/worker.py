@@ -37,6 +37,8 @@ class Attempt:
     forwarded_ms: int | None = None
     outcome: Outcome | None = None
     trace: AttemptTrace = NO_TRACE
+    payload: Payload | None = None
+    """The transformed payload, for the transforms' settle hooks (claim checks)."""
 
 
 class Worker:
@@ -58,7 +60,7 @@ class Worker:
         self._forwarder = forwarder
         self._metrics = metrics
         self._journal = journal
-        self._chain = TransformChain.from_names(settings.transforms)
+        self._chain = TransformChain.from_config(settings.transforms)
         self._delivery = delivery or NativeDelivery(settings)
         self._log_successes = settings.log.level == "debug"
 
@@ -90,11 +92,14 @@ class Worker:
         if message.attempt > max_attempts:
             return Outcome.dead(f"max attempts ({max_attempts}) exceeded before delivery")
         try:
-            payload = self._chain(
+            payload = await self._chain.apply(
                 Payload(message.body, dict(message.attributes), message.content_type)
             )
         except TransformError as exc:
+            if exc.retriable:
+                return Outcome.retry(f"transform unavailable: {exc}")
             return Outcome.dead(f"transform failed: {exc}")
+        attempt.payload = payload
         prepared = self._delivery.prepare(message, payload)
         if isinstance(prepared, Outcome):
             return prepared
@@ -128,7 +133,20 @@ class Worker:
             log.error("settle failed", error=repr(exc), **self._fields(message, outcome))
             outcome = Outcome(outcome.kind, outcome.http_status,
                               f"{outcome.reason or outcome.kind}; settle failed: {exc}")
+        else:
+            await self._after_settle(attempt, outcome)
         self._record(attempt, outcome)
+
+    async def _after_settle(self, attempt: Attempt, outcome: Outcome) -> None:
+        """The transforms' settle hooks; their failures are logged, never change the outcome
+        (the message is settled already)."""
+        if attempt.payload is None:
+            return
+        try:
+            await self._chain.after_settle(outcome, attempt.payload)
+        except Exception as exc:
+            log.warning("after-settle hook failed", message_id=attempt.message.id,
+                        queue=attempt.message.queue, error=repr(exc))
 
     def _final_outcome(self, message: Message, outcome: Outcome) -> Outcome:
         max_attempts = self._settings.retry.max_attempts
