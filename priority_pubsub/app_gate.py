@@ -3,7 +3,9 @@
 It composes the health state (start gate, pause while down), the circuit breaker and the
 backpressure limiter, feeds them from delivery outcomes, runs the probe, and answers three
 questions: may a delivery start now (``blocked``), how many may run (``capacity``), and what
-a finished delivery means for the message (``observe``). Messages the app never took (not
+a finished delivery means for the message (``observe``). It acts on the answers through the
+receiver's own ``pause()``/``resume()`` (``attach``): paused the moment the gate closes,
+resumed when it opens (a probe passed, a timed block ended). Messages the app never took (not
 reachable, paused, busy) become releases: returned at once or after the app's Retry-After,
 not counted as attempts, up to ``retry.max_uncounted_returns`` per message.
 """
@@ -15,8 +17,9 @@ import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Protocol
 
-from priority_pubsub.app_health import AppProbe, HealthState, OutageLog
+from priority_pubsub.app_health import HealthState, OutageLog, Probe, build_probe
 from priority_pubsub.backpressure import AimdLimiter
 from priority_pubsub.circuit import BreakerState, CircuitBreaker
 from priority_pubsub.config import Settings
@@ -26,6 +29,14 @@ from priority_pubsub.outcome import Kind, Outcome
 
 Clock = Callable[[], float]
 REMEMBERED_MESSAGES = 100_000
+
+
+class Pausable(Protocol):
+    """What the gate drives: ``receiver.Receiver``."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
 
 
 class UncountedReturns:
@@ -56,13 +67,13 @@ class AppGate:
         settings: Settings,
         metrics: Metrics,
         *,
-        probe: AppProbe | None = None,
+        probe: Probe | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         app = settings.app
         self._health_config = app.health_probe
         self._periodic = app.health is not None
-        self._probe = probe or AppProbe(app.url, self._health_config)
+        self._probe = probe or build_probe(app)
         self._max_delay_s = settings.retry.max_delay_s
         self._metrics = metrics
         self.health = HealthState(self._health_config.threshold, clock)
@@ -76,11 +87,26 @@ class AppGate:
         self._outage = OutageLog(app.url, clock=clock)
         self._changed = asyncio.Event()
         self._went_down = asyncio.Event()
+        self._receivers: list[Pausable] = []
         metrics.app_up.set_function(lambda: float(self.health.up))
         metrics.effective_concurrency.set_function(lambda: float(self.limiter.limit))
         metrics.circuit_breaker_state.set_function(
             lambda: float(self.breaker.state if self.breaker else BreakerState.CLOSED)
         )
+
+    def attach(self, receiver: Pausable) -> None:
+        """Pause and resume ``receiver`` as the gate closes and opens (paused now if closed:
+        nothing is received before the app is reachable)."""
+        self._receivers.append(receiver)
+        self._apply()
+
+    def _apply(self) -> None:
+        closed = self.blocked() is not None
+        for receiver in self._receivers:
+            if closed:
+                receiver.pause()
+            else:
+                receiver.resume()
 
     # -- the questions -------------------------------------------------------------------
 
@@ -164,13 +190,25 @@ class AppGate:
         self._notify()
 
     def _notify(self) -> None:
+        self._apply()
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
     # -- probing -------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Probe the app: always while it is down; while it is up only with ``app.health``."""
+        """Probe the app (always while it is down; while it is up only with ``app.health``)
+        and open the gate when a timed block (busy pause, open breaker) ends."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._probe_loop(), name="app-probe")
+            group.create_task(self._reopen_loop(), name="app-gate-timer")
+
+    async def _reopen_loop(self) -> None:
+        while True:
+            await self.wait_for_change(self.blocked() is not None)
+            self._apply()
+
+    async def _probe_loop(self) -> None:
         try:
             while True:
                 if self.health.up and not self._periodic:

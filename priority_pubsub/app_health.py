@@ -2,7 +2,8 @@
 
 Before the first receive the sidecar waits until the app is reachable (daprd's
 ``blockUntilAppIsReady``: a TCP connect to the app's port; with ``app.health.path``, an HTTP
-GET on the app's host and port that must answer 2xx, as ``--app-health-check-path``). Later,
+GET on the app's host and port that must answer 2xx, as ``--app-health-check-path``; a
+``grpc://`` app is asked ``AppCallbackHealthCheck.HealthCheck``, as daprd asks). Later,
 a delivery that cannot connect, or ``threshold`` failed probes in a row, mark the app down
 until a probe passes again. The log says so once when the state changes and then only every
 ``LOG_EVERY_S`` while it lasts, with any credentials in the URL masked.
@@ -14,12 +15,14 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import aiohttp
 from yarl import URL
 
-from priority_pubsub.config import HealthConfig
+from priority_pubsub.config import AppConfig, HealthConfig
 from priority_pubsub.logs import get_logger
+from priority_pubsub.redaction import SecretUrl
 
 log = get_logger(__name__)
 Clock = Callable[[], float]
@@ -27,21 +30,50 @@ LOG_EVERY_S = 30.0
 NOT_REACHABLE = "app not reachable"
 
 
-def mask_url(url: str) -> str:
-    """``url`` without credentials: any user info becomes ``***``."""
-    parsed = URL(url)
-    if parsed.user is None and parsed.password is None:
-        return url
-    return str(parsed.with_user("***").with_password(None))
-
-
 def probe_url(app_url: str, path: str) -> URL:
     """The health path on the app's own host and port, not under ``app.url``'s path."""
     return URL(app_url).with_user(None).join(URL(path))
 
 
+class Probe(Protocol):
+    async def check(self) -> str | None:
+        """None when the app passes; otherwise why not (one short line, no secrets)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def build_probe(app: AppConfig) -> Probe:
+    """The app's probe: ``HealthCheck`` for a gRPC app, else a TCP connect or the HTTP path."""
+    if app.is_grpc:
+        return GrpcProbe(app.url.get_secret_value(), app.health_probe.timeout_s,
+                         strict=app.health is not None)
+    return AppProbe(app.url.get_secret_value(), app.health_probe)
+
+
+class GrpcProbe:
+    """daprd's ``AppCallbackHealthCheck`` for a gRPC app. ``strict`` (``app.health`` set): an
+    app without that service is unhealthy, as daprd with app health checks on. Otherwise (the
+    start gate alone) its UNIMPLEMENTED answer shows it is up: apps built with dapr-ext-grpc
+    only serve ``HealthCheck`` when they register a health callback."""
+
+    def __init__(self, app_url: str, timeout_s: float, *, strict: bool) -> None:
+        self._app_url = app_url
+        self._timeout_s = timeout_s
+        self._strict = strict
+
+    async def check(self) -> str | None:
+        from priority_pubsub.app_channel.grpc import app_callback_health
+
+        return await app_callback_health(self._app_url, self._timeout_s,
+                                         unimplemented_ok=not self._strict)
+
+    async def close(self) -> None:
+        pass
+
+
 class AppProbe:
-    """One check of the app: a TCP connect, or an HTTP GET of the health path."""
+    """One check of an HTTP app: a TCP connect, or an HTTP GET of the health path."""
 
     def __init__(self, app_url: str, config: HealthConfig) -> None:
         parsed = URL(app_url)
@@ -134,8 +166,9 @@ class HealthState:
 class OutageLog:
     """Logs a down app once, then every ``every_s`` while it stays down, then its return."""
 
-    def __init__(self, url: str, every_s: float = LOG_EVERY_S, clock: Clock = time.monotonic):
-        self._url = mask_url(url)
+    def __init__(self, url: SecretUrl, every_s: float = LOG_EVERY_S,
+                 clock: Clock = time.monotonic) -> None:
+        self._url = str(url)  # credentials masked
         self._every_s = every_s
         self._clock = clock
         self._last: float | None = None

@@ -19,6 +19,7 @@ from priority_pubsub.message import Message
 from priority_pubsub.observer import DeliveryObserver, Settled
 from priority_pubsub.outcome import Kind, Outcome
 from priority_pubsub.settlement import Settlement, Verb, plan_settlement
+from priority_pubsub.tracing import NO_TRACE, AttemptTrace
 
 log = get_logger("priority_pubsub.delivery")
 
@@ -28,6 +29,8 @@ class Settler:
         self._retry = settings.retry
         self._driver = driver
         self._observer = observer
+        # once: a runtime-checkable isinstance costs ~10 us, too much for every settle
+        self._drop_handled = isinstance(driver, DropHandler)
 
     async def settle(
         self,
@@ -36,14 +39,16 @@ class Settler:
         *,
         forwarded_ms: int | None = None,
         shutting_down: bool = False,
-    ) -> None:
-        """Settle ``message`` as ``outcome`` says; never raises a driver's error (it is
-        reported as ``settle_failed``). Callers shield it from cancellation."""
+        trace: AttemptTrace = NO_TRACE,
+    ) -> Settled:
+        """Settle ``message`` as ``outcome`` says and return what happened; never raises a
+        driver's error (it is reported as ``settle_failed``). Callers shield it."""
         plan = plan_settlement(outcome, message.attempt, self._retry,
                                shutting_down=shutting_down,
                                dead_letter_enabled=self._driver.dead_letter_enabled,
-                               drop_handled=isinstance(self._driver, DropHandler))
+                               drop_handled=self._drop_handled)
         event = Settled(message, plan.kind, plan.reason, plan.http_status, forwarded_ms)
+        trace.settling()
         try:
             await self._call_with_retries(message, plan)
         except Exception as exc:  # DriverError, or a third-party driver's bug: report, go on
@@ -53,7 +58,9 @@ class Settler:
             reason = f"{plan.kind.value}: {plan.reason}" if plan.reason else plan.kind.value
             event = Settled(message, Kind.SETTLE_FAILED, f"{reason}; {what}: {exc}",
                             plan.http_status, forwarded_ms, detail)
+        trace.end(Outcome(event.kind, event.http_status, event.reason))
         self._observer.settled(event)
+        return event
 
     async def release(self, message: Message, reason: str) -> None:
         """Hand back a message the app never saw (journaled ``release`` with ``reason``)."""

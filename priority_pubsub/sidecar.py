@@ -17,6 +17,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from priority_pubsub.app_channel import build_channel
 from priority_pubsub.app_gate import AppGate
 from priority_pubsub.backoff import Backoff
 from priority_pubsub.config import Settings
@@ -24,7 +25,6 @@ from priority_pubsub.delivery import Delivery
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
 from priority_pubsub.errors import DriverError
-from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.journal import JournalWriter
 from priority_pubsub.logs import get_logger
 from priority_pubsub.metrics import Metrics
@@ -33,6 +33,7 @@ from priority_pubsub.plugins import build_driver
 from priority_pubsub.receiver import Receiver
 from priority_pubsub.server import OpsServer
 from priority_pubsub.settler import Settler
+from priority_pubsub.tracing import build_tracer
 from priority_pubsub.watchdog import LoopWatchdog
 from priority_pubsub.worker import Worker
 
@@ -49,6 +50,10 @@ class Part:
     stop: Callable[[], Awaitable[None]]
 
 
+async def _nothing() -> None:
+    """The start of a part that only needs stopping."""
+
+
 class Sidecar:
     def __init__(
         self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None,
@@ -57,10 +62,11 @@ class Sidecar:
         self.settings = settings
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
-        self.forwarder = Forwarder(settings.app, settings.concurrency,
-                                   exact_status=settings.dapr is not None)
+        self.metrics.concurrency.set(settings.concurrency)
+        self.forwarder = build_channel(settings)
         self.journal = (
-            JournalWriter(settings.journal.path, settings.journal.rotate_mb)
+            JournalWriter(settings.journal.path, settings.journal.rotate_mb,
+                          settings.journal.fsync)
             if settings.journal else None
         )
         self.observer = DeliveryObserver(
@@ -69,11 +75,15 @@ class Sidecar:
         )
         settler = Settler(settings, self.driver, self.observer)
         self.dispatcher = Dispatcher(settings, self.driver, self.observer, settler, rng)
+        self.tracer = build_tracer(settings)
         self.gate = AppGate(settings, self.metrics)
-        worker = Worker(settings, self.driver, self.forwarder, self.observer, settler, self.gate,
-                        delivery)
-        self.receiver = Receiver(settings, self.dispatcher, worker, self.observer, self.gate)
-        self.watchdog = LoopWatchdog(settings.server.stall_after_s)
+        worker = Worker(settings, self.driver, self.forwarder, self.observer, settler, delivery,
+                        self.tracer, gate=self.gate)
+        self.receiver = Receiver(settings, self.dispatcher, worker, self.observer,
+                                 capacity=self.gate.capacity)
+        self.gate.attach(self.receiver)  # paused until the app is reachable (the start gate)
+        self.watchdog = LoopWatchdog(settings.server.stall_after_s,
+                                     on_stall=self.metrics.loop_stalls.inc)
         self.server = OpsServer(
             settings.server, stalled=lambda: self.watchdog.stalled,
             readiness_problem=self.readiness_problem, render_metrics=self.metrics.render,
@@ -86,6 +96,7 @@ class Sidecar:
             Part("ops server", self.server.start, self.server.stop),
             Part("driver", self._connect, self.driver.close),
             Part("forwarder", self.forwarder.start, self.forwarder.close),
+            Part("tracer", _nothing, self.tracer.close),
             *([Part("journal", self._start_journal, self.journal.close)] if self.journal else []),
             Part("depth refresher", self._start_depth, self._stop_depth),
             Part("app probe", self._start_probe, self._stop_probe),

@@ -8,23 +8,23 @@ must not leave a half-settled message).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from priority_pubsub.app_gate import AppGate
 from priority_pubsub.config import Settings
-from priority_pubsub.delivery import Delivery, NativeDelivery
+from priority_pubsub.delivery import AppChannel, Delivery, NativeDelivery
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.errors import TransformError
-from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.leases import LeaseKeeper
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message, now_ms
 from priority_pubsub.observer import DeliveryObserver
-from priority_pubsub.outcome import Outcome
+from priority_pubsub.outcome import Kind, Outcome
 from priority_pubsub.settlement import admit
 from priority_pubsub.settler import Settler
+from priority_pubsub.tracing import NO_TRACE, NO_TRACING, AttemptTrace, DeliveryTracer
 from priority_pubsub.transforms.base import Payload, TransformChain
 
 log = get_logger("priority_pubsub.delivery")
@@ -36,6 +36,9 @@ class Attempt:
     message: Message
     forwarded_ms: int | None = None
     outcome: Outcome | None = None
+    trace: AttemptTrace = NO_TRACE
+    payload: Payload | None = None
+    """The transformed payload, for the transforms' settle hooks (claim checks)."""
 
 
 class Worker:
@@ -45,24 +48,28 @@ class Worker:
         self,
         settings: Settings,
         driver: Driver,
-        forwarder: Forwarder,
+        forwarder: AppChannel,
         observer: DeliveryObserver,
         settler: Settler,
-        gate: AppGate,
         delivery: Delivery | None = None,
+        tracer: DeliveryTracer = NO_TRACING,
+        *,
+        gate: AppGate | None = None,
     ) -> None:
         self._settings = settings
+        self._tracer = tracer
         self._gate = gate
+        """None: no app gating (tests of what follows a delivery)."""
         self._driver = driver
         self._forwarder = forwarder
         self._observer = observer
         self._settler = settler
-        self._chain = TransformChain.from_names(settings.transforms)
+        self._chain = TransformChain.from_config(settings.transforms)
         self._delivery = delivery or NativeDelivery(settings)
 
     async def handle(self, message: Message) -> None:
         """Run one attempt to its settled end. Cancellation returns the message at once."""
-        attempt = Attempt(message)
+        attempt = Attempt(message, trace=self._tracer.attempt(message))
         keeper = LeaseKeeper(self._driver, message, self._settings.lease.duration_s,
                              self._observer)
         keeper.start()
@@ -82,11 +89,14 @@ class Worker:
         await keeper.stop()
         await asyncio.shield(self._settle(attempt, shutting_down=False))
 
-    def _settle(self, attempt: Attempt, *, shutting_down: bool) -> Awaitable[None]:
+    async def _settle(self, attempt: Attempt, *, shutting_down: bool) -> None:
         assert attempt.outcome is not None
-        return self._settler.settle(attempt.message, attempt.outcome,
-                                    forwarded_ms=attempt.forwarded_ms,
-                                    shutting_down=shutting_down)
+        settled = await self._settler.settle(attempt.message, attempt.outcome,
+                                             forwarded_ms=attempt.forwarded_ms,
+                                             shutting_down=shutting_down, trace=attempt.trace)
+        if settled.kind is not Kind.SETTLE_FAILED:
+            await self._after_settle(attempt, Outcome(settled.kind, settled.http_status,
+                                                      settled.reason))
 
     async def _decide(self, attempt: Attempt) -> Outcome:
         message = attempt.message
@@ -95,19 +105,38 @@ class Worker:
         if refused is not None:
             return refused
         try:
-            payload = self._chain(
+            payload = await self._chain.apply(
                 Payload(message.body, dict(message.attributes), message.content_type)
             )
         except TransformError as exc:
+            if exc.retriable:
+                return Outcome.retry(f"transform unavailable: {exc}")
             return Outcome.dead(f"transform failed: {exc}")
+        attempt.payload = payload
         prepared = self._delivery.prepare(message, payload)
         if isinstance(prepared, Outcome):
             return prepared
-        if (blocked := self._gate.blocked()) is not None:
+        if self._gate is not None and (blocked := self._gate.blocked()) is not None:
             # Paused since this message was received: hand it back, the app never saw it.
             return self._gate.settle_release(message, Outcome.release(blocked))
+        if prepared.request.adjusted_headers:
+            log.warning("headers made safe or left out: characters a header cannot carry",
+                        message_id=message.id, queue=message.queue,
+                        headers=list(prepared.request.adjusted_headers))
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
-        outcome = await self._forwarder.forward(prepared.url, prepared.request)
+        request = attempt.trace.inject(prepared.request, prepared.url)
+        outcome = await self._forwarder.deliver(dataclasses.replace(prepared, request=request))
         self._observer.forwarded(message, time.perf_counter() - started)
-        return self._gate.observe(message, outcome)
+        return outcome if self._gate is None else self._gate.observe(message, outcome)
+
+    async def _after_settle(self, attempt: Attempt, outcome: Outcome) -> None:
+        """The transforms' settle hooks; their failures are logged, never change the outcome
+        (the message is settled already)."""
+        if attempt.payload is None:
+            return
+        try:
+            await self._chain.after_settle(outcome, attempt.payload)
+        except Exception as exc:
+            log.warning("after-settle hook failed", message_id=attempt.message.id,
+                        queue=attempt.message.queue, error=repr(exc))

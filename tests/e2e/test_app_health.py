@@ -8,13 +8,11 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, ClassVar
 
 import httpx
-import pytest
 
-from tests.e2e.app_down import RETRY, AppDownScenario, scrape, total
-from tests.e2e.helpers import journal_records, publish, queue_rows, wait_until
+from tests.e2e.helpers import journal_records, publish, queue_rows, total, wait_until
+from tests.e2e.scenarios import APP_DOWN_RETRY as RETRY
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.servers import free_port
 from tests.support.sidecar import (
@@ -24,35 +22,6 @@ from tests.support.sidecar import (
     start_sidecar,
     write_config,
 )
-
-
-class TestLocalAppDown(AppDownScenario):
-    messages: ClassVar[int] = 500
-    down_s: ClassVar[float] = 30.0
-
-    @pytest.fixture(autouse=True)
-    def _directory(self, tmp_path: Path) -> None:
-        self.directory = tmp_path
-
-    def scenario_config(self, directory: Path, app_url: str, **overrides: Any) -> dict[str, Any]:
-        config = local_config(directory, app_url, queues=[{"name": "high"}], **overrides)
-        self.config_path = write_config(directory, config, "publisher.yaml")
-        return config
-
-    def scenario_publish(self, bodies: list[str]) -> None:
-        for body in bodies:
-            publish(self.config_path, "high", body)
-
-    def scenario_dead_letters(self) -> int:
-        return len(queue_rows(self.directory / "queues.db", "dead"))
-
-    def test_app_down_longer_than_the_retry_schedule_loses_nothing(self, tmp_path: Path) -> None:
-        super().test_app_down_longer_than_the_retry_schedule_loses_nothing(tmp_path)
-        assert queue_rows(tmp_path / "queues.db", "high") == []
-        # The local driver undoes the count of a return: the app saw every message first as
-        # attempt 1 although some were in hand when the app went away.
-        assert {r["attempt"] for r in journal_records(tmp_path / "journal")
-                if r["outcome"] == "ack"} == {1}
 
 
 def test_sidecar_started_before_the_app_waits_and_every_first_delivery_is_attempt_1(
@@ -111,18 +80,18 @@ def test_health_path_failing_while_the_port_is_open_delivers_nothing(tmp_path: P
             assert min(r.at for r in app.received if r.path == "/tasks") >= healthy_at
             # the app goes unhealthy again: after `threshold` failed probes nothing more is sent
             healthy.clear()
-            wait_until(lambda: total(scrape(sidecar), "priority_pubsub_app_up") == 0, 10)
+            wait_until(lambda: total(sidecar.metrics(), "priority_pubsub_app_up") == 0, 10)
             publish(config_path, "high", '{"n": 2}', count=3)
             time.sleep(2)
             assert sum(r.path == "/tasks" for r in app.received) == 5
             healthy.set()
             wait_until(lambda: sum(r.path == "/tasks" for r in app.received) == 8, 20)
-            samples = scrape(sidecar)
+            metrics = sidecar.metrics()
         finally:
             sidecar.stop()
     assert [e["attempt"] for r in app.received if r.path == "/tasks"
             for e in [r.event]] == [1] * 8
-    assert total(samples, "priority_pubsub_app_pauses_total", cause="unhealthy") == 1
+    assert total(metrics, "priority_pubsub_app_pauses_total", cause="unhealthy") == 1
 
 
 def test_app_answering_503_retry_after_slows_down_and_dead_letters_nothing(
@@ -150,13 +119,13 @@ def test_app_answering_503_retry_after_slows_down_and_dead_letters_nothing(
 
         def watch() -> None:
             while not stop.is_set():
-                samples.append(total(scrape(sidecar),
+                samples.append(total(sidecar.metrics(),
                                      "priority_pubsub_effective_concurrency"))
                 time.sleep(0.1)
 
         watcher = threading.Thread(target=watch, daemon=True)
         try:
-            samples.append(total(scrape(sidecar), "priority_pubsub_effective_concurrency"))
+            samples.append(total(sidecar.metrics(), "priority_pubsub_effective_concurrency"))
             busy_until[0] = time.monotonic() + 10
             watcher.start()
             publish(config_path, "high", '{"n": 1}', count=300)
@@ -165,13 +134,13 @@ def test_app_answering_503_retry_after_slows_down_and_dead_letters_nothing(
         finally:
             stop.set()
             watcher.join(5)
-            final = scrape(sidecar)
+            final = sidecar.metrics()
             sidecar.stop()
     assert samples[0] == concurrency
     assert min(samples) < concurrency / 2
     assert samples[-1] == concurrency  # ... and recovered
     assert queue_rows(tmp_path / "queues.db", "dead") == []
-    records = journal_records(tmp_path / "journal")
+    records = journal_records(tmp_path / "journal", releases=True)
     outcomes = Counter(r["outcome"] for r in records)
     assert outcomes["ack"] == 300
     assert outcomes["dead"] == 0
@@ -207,5 +176,5 @@ def test_check_probes_like_the_gate_and_masks_credentials_in_the_app_url(tmp_pat
     result = cli("check", config=write_config(tmp_path, config))
     assert result.returncode == 1
     assert "s3cret" not in result.stdout + result.stderr
-    assert "FAIL app http://***@127.0.0.1:" in result.stderr
+    assert "FAIL app http://user:***@127.0.0.1:" in result.stderr
     assert "unreachable (ConnectionRefusedError" in result.stderr

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 import pytest
 import structlog
 
-from priority_pubsub.app_health import HealthState, OutageLog, mask_url, probe_url
+from priority_pubsub.app_health import HealthState, OutageLog, probe_url
+from priority_pubsub.redaction import SecretUrl, mask_url
 from priority_pubsub.backpressure import AimdLimiter, parse_retry_after
 from priority_pubsub.circuit import BreakerState, CircuitBreaker
 
@@ -157,7 +158,7 @@ def test_a_failed_connect_takes_it_down_at_once_and_a_probe_brings_it_back() -> 
 def test_outage_log_once_then_at_a_slow_interval_with_credentials_masked() -> None:
     clock = FakeClock()
     state = HealthState(threshold=1, clock=clock)
-    outage = OutageLog("http://user:s3cret@127.0.0.1:8000/tasks", every_s=30, clock=clock)
+    outage = OutageLog(SecretUrl("http://user:s3cret@127.0.0.1:8000/tasks"), every_s=30, clock=clock)
     with structlog.testing.capture_logs() as logs:
         for _ in range(60):  # a probe every 0.5 s for ~30 s
             outage.down(state)
@@ -166,11 +167,11 @@ def test_outage_log_once_then_at_a_slow_interval_with_credentials_masked() -> No
     assert [entry["event"] for entry in logs] == [
         "waiting for the app before receiving", "still waiting for the app before receiving"]
     assert all("s3cret" not in str(entry) for entry in logs)
-    assert logs[0]["app"] == "http://***@127.0.0.1:8000/tasks"
+    assert logs[0]["app"] == "http://user:***@127.0.0.1:8000/tasks"
 
 
 def test_mask_url_and_probe_url() -> None:
     assert mask_url("http://127.0.0.1:8000/x") == "http://127.0.0.1:8000/x"
-    assert "tok" not in mask_url("https://tok@app.internal/x")
+    assert mask_url("https://tok@app.internal/x") == "https://***@app.internal/x"
     assert str(probe_url("http://u:p@10.0.0.1:8000/tasks/run?x=1", "/healthz")) == (
         "http://10.0.0.1:8000/healthz")

@@ -84,7 +84,7 @@ async def test_waking_on_a_low_message_rechecks_higher_queues_and_returns_surplu
     tmp_path: Path,
 ) -> None:
     driver = FakeDriver(("high", "normal", "low"))
-    journal = JournalWriter(tmp_path, rotate_mb=1, flush_interval_s=60)
+    journal = JournalWriter(tmp_path, rotate_mb=1)
     journal.start()
     dispatcher = make(driver, wait_s=0.2, journal=journal)
     assert await dispatcher.take(1) == []  # now quiet: next take goes straight to waiting

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from priority_pubsub.app_gate import AppGate
-from priority_pubsub.config import Settings, validate_config
+from priority_pubsub.config import validate_config
 from priority_pubsub.message import Lease, Message, now_ms
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.observer import DeliveryObserver
@@ -30,12 +30,6 @@ class FakeWorker:
         self.handled.append(message.id)
 
 
-def open_gate(settings: Settings) -> AppGate:
-    gate = AppGate(settings, Metrics())
-    gate.health.probe_passed()
-    return gate
-
-
 def message(n: int) -> Message:
     return Message(f"m{n}", "q", 0, b"{}", {}, 1, now_ms(), Lease(None, now_ms() + 60_000))
 
@@ -44,8 +38,7 @@ async def test_a_paused_receiver_takes_nothing_until_resumed() -> None:
     settings = validate_config({"queues": [{"name": "q"}], "concurrency": 2})
     dispatcher, worker = FakeDispatcher(), FakeWorker()
     receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
-                        DeliveryObserver(Metrics(), None, driver_type="fake"),
-                        open_gate(settings))
+                        DeliveryObserver(Metrics(), None, driver_type="fake"))
     receiver.pause()
     await receiver.start()
     dispatcher.waiting.put_nowait(message(1))
@@ -73,7 +66,9 @@ async def test_nothing_is_taken_before_the_app_gate_opens() -> None:
     dispatcher, worker, probe = FakeDispatcher(), FakeWorker(), ScriptedProbe()
     gate = AppGate(settings, Metrics(), probe=probe)  # type: ignore[arg-type]
     receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
-                        DeliveryObserver(Metrics(), None, driver_type="fake"), gate)
+                        DeliveryObserver(Metrics(), None, driver_type="fake"),
+                        capacity=gate.capacity)
+    gate.attach(receiver)
     await receiver.start()
     dispatcher.waiting.put_nowait(message(1))
     await gate.probe_once()
@@ -81,6 +76,26 @@ async def test_nothing_is_taken_before_the_app_gate_opens() -> None:
     assert (dispatcher.takes, worker.handled) == (0, [])
     probe.answer = None
     await gate.probe_once()
+    await asyncio.sleep(0.05)
+    assert worker.handled == ["m1"]
+    await receiver.stop()
+
+
+async def test_pausing_abandons_a_take_still_waiting() -> None:
+    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 2})
+    dispatcher, worker = FakeDispatcher(), FakeWorker()
+    receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
+                        DeliveryObserver(Metrics(), None, driver_type="fake"))
+    await receiver.start()
+    await asyncio.sleep(0.02)
+    assert dispatcher.takes == 1  # waiting for a message
+    receiver.pause()
+    await asyncio.sleep(0.02)
+    dispatcher.waiting.put_nowait(message(1))
+    await asyncio.sleep(0.05)
+    assert worker.handled == []
+    assert dispatcher.waiting.qsize() == 1
+    receiver.resume()
     await asyncio.sleep(0.05)
     assert worker.handled == ["m1"]
     await receiver.stop()

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from priority_pubsub.app_gate import AppGate
 from priority_pubsub.config import validate_config
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost
 from priority_pubsub.forwarder import Forwarder
@@ -63,9 +62,7 @@ def worker(driver: RecordingDriver, journal: JournalWriter | None = None) -> Wor
     forwarder = Forwarder(settings.app, 1)
     observer = DeliveryObserver(Metrics(), journal, driver_type="fake")
     settler = Settler(settings, driver, observer)  # type: ignore[arg-type]
-    gate = AppGate(settings, Metrics())
-    gate.health.probe_passed()  # the app is up: these tests are about what follows
-    return Worker(settings, driver, forwarder, observer, settler, gate)  # type: ignore[arg-type]
+    return Worker(settings, driver, forwarder, observer, settler)  # type: ignore[arg-type]
 
 
 async def test_a_transform_bug_dead_letters_with_the_reason() -> None:
@@ -121,7 +118,7 @@ async def test_a_failed_settle_is_journaled_as_settle_failed_never_ack(
     async def app_says_ok(*_: object) -> Outcome:
         return Outcome.ack(200)
 
-    journal = JournalWriter(tmp_path, rotate_mb=1, flush_interval_s=60)
+    journal = JournalWriter(tmp_path, rotate_mb=1)
     journal.start()
     subject = worker(FailingAck(error), journal)
     monkeypatch.setattr(subject._forwarder, "forward", app_says_ok)
