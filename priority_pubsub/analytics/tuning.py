@@ -37,7 +37,7 @@ def input_bytes(spark: SparkSession, journal_glob: str) -> int | None:
     try:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
-        conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
         path = jvm.org.apache.hadoop.fs.Path(journal_glob)
         statuses = path.getFileSystem(conf).globStatus(path) or []
         return int(sum(s.getLen() for s in statuses))
