@@ -46,6 +46,7 @@ class Probe:
     receive_calls: int = 0
     received_ns: dict[str, int] = field(default_factory=dict)
     by_queue: dict[str, int] = field(default_factory=dict)
+    acked_by_queue: dict[str, int] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def attach(self, driver: Driver) -> None:
@@ -69,6 +70,7 @@ class Probe:
         async def counted_ack(message: Message) -> None:
             await ack(message)
             self.acked += 1
+            self.acked_by_queue[message.queue] = self.acked_by_queue.get(message.queue, 0) + 1
             if self.acked >= self.target and not self.done.is_set():
                 self.last_s = time.perf_counter()
                 self.last_cpu_s = time.process_time()
