@@ -43,6 +43,7 @@ def plan(big: bool, cloud: bool) -> list[tuple[str, list[str]]]:
                   *(["--driver", "local", "--driver", "sqs", "--sqs-window-s",
                      "120" if big else "60"] if cloud and MINISTACK.exists() else [])]),
         ("footprint", ["--messages", "10000" if big else "5000"]),
+        ("journal", ["--messages", "3000" if big else "1500", "--rounds", "3"]),
     ]
     return runs
 

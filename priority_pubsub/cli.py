@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -226,16 +227,26 @@ def publish(
     settings = _settings(config)
     if data is not None and file is not None:
         _fail("give --data or --file, not both", 2)
-    if data is not None:
-        body = data.encode()
-    else:
-        body = file.read_bytes() if file else sys.stdin.buffer.read()
+    body = _body(data, file)
     attributes = _parse_attributes(attr or [])
     ids = _run_reporting(
         publish_messages(settings, queue, body, attributes, count, content_type, via_sns)
     )
     for message_id in ids:
         typer.echo(message_id)
+
+
+def _body(data: str | None, file: Path | None) -> bytes:
+    """The bytes to publish. ``--data`` gives back the exact bytes of the argument, even when
+    they are not UTF-8 (Python decoded argv with surrogateescape), as stdin does."""
+    if data is not None:
+        return os.fsencode(data)
+    if file is None:
+        return sys.stdin.buffer.read()
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        _fail(f"--file {file}: {exc.strerror or exc}", 2)
 
 
 def _parse_attributes(pairs: list[str]) -> dict[str, str]:

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from priority_pubsub.backoff import compute_backoff
 from priority_pubsub.config_paths import anchor_relative_paths
 from priority_pubsub.dapr.options import DaprConfig
 from priority_pubsub.errors import ConfigError
@@ -98,8 +99,7 @@ class RetryConfig(_Strict):
 
     def delay_for(self, attempt: int) -> float:
         """Exponential backoff: ``initial * 2**(attempt-1)``, capped at ``max_delay_s``."""
-        exponent = max(0, min(attempt - 1, 62))
-        return float(min(self.initial_delay_s * (2**exponent), self.max_delay_s))
+        return compute_backoff(attempt, initial_s=self.initial_delay_s, max_s=self.max_delay_s)
 
 
 class DeadLetterConfig(_Strict):
@@ -126,6 +126,9 @@ class ServerConfig(_Strict):
 class JournalConfig(_Strict):
     path: Path = Path("./data/journal")
     rotate_mb: float = Field(default=64, gt=0)
+    fsync: Literal["none", "every_line"] = "none"
+    """none: a line is the kernel's once written (survives a crash of the sidecar);
+    every_line: also synced to disk before the next settle (survives power loss)."""
 
 
 class TracingConfig(_Strict):

@@ -11,7 +11,6 @@ left (weighted).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 
 from priority_pubsub.config import Settings
@@ -19,11 +18,13 @@ from priority_pubsub.drivers.base import Driver
 from priority_pubsub.errors import DriverError
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message
-from priority_pubsub.metrics import Metrics
+from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.scheduler import plan, share_by_weight
+from priority_pubsub.settler import Settler
 
 log = get_logger(__name__)
 IDLE_WAIT_S = 20.0
+SURPLUS_REASON = "surplus: returned unseen"
 
 
 class Dispatcher:
@@ -31,13 +32,15 @@ class Dispatcher:
         self,
         settings: Settings,
         driver: Driver,
-        metrics: Metrics,
+        observer: DeliveryObserver,
+        settler: Settler,
         rng: random.Random | None = None,
         idle_wait_s: float = IDLE_WAIT_S,
     ) -> None:
         self._settings = settings
         self._driver = driver
-        self._metrics = metrics
+        self._observer = observer
+        self._settler = settler
         self._rng = rng or random.Random()
         self._names = settings.queue_names
         self._weights = [q.weight for q in settings.queues]
@@ -114,9 +117,8 @@ class Dispatcher:
 
     async def _keep_best(self, messages: list[Message], free: int) -> list[Message]:
         keep, surplus = self._choose(messages, free)
-        for message in surplus:
-            with contextlib.suppress(DriverError):
-                await self._driver.retry(message, 0)
+        for message in surplus:  # a settle like any other: journaled and counted
+            await asyncio.shield(self._settler.release(message, SURPLUS_REASON))
         return keep
 
     def _choose(self, messages: list[Message], free: int) -> tuple[list[Message], list[Message]]:
@@ -143,6 +145,6 @@ class Dispatcher:
             log.warning("receive failed", queue=name, error=str(exc), retriable=exc.retriable)
             raise
         self.healthy = True
-        self._metrics.queue(name, index).receive_calls[not batch].inc()
+        self._observer.receive_call(name, index, empty=not batch)
         return batch
 

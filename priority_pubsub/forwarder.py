@@ -6,10 +6,9 @@ concurrency so connections are reused and never exceed the app's capacity.
 
 from __future__ import annotations
 
-import json
-
 import aiohttp
 
+from priority_pubsub import json_text
 from priority_pubsub.cloudevent import AppRequest
 from priority_pubsub.config import AppConfig
 from priority_pubsub.outcome import Outcome
@@ -36,8 +35,8 @@ def classify(
 
 def _classify_success(status: int, body: bytes, exact_status: bool) -> Outcome:
     try:
-        document = json.loads(body) if body.strip() else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        document = json_text.parse(body) if body.strip() else None
+    except json_text.JsonUnreadable:
         return Outcome.ack(status)
     if not isinstance(document, dict):
         return Outcome.ack(status)

@@ -7,10 +7,22 @@ from dataclasses import dataclass
 
 
 class Kind(enum.StrEnum):
+    """What became of one attempt; the journal's ``outcome`` and the metrics' label."""
+
     ACK = "ack"
     RETRY = "retry"
     DEAD = "dead"
     DROP = "drop"
+    RELEASE = "release"
+    """Handed back unseen (surplus of a wake-up, the app down): not an attempt where the
+    broker lets us avoid counting it (``Driver.release``)."""
+    SETTLE_FAILED = "settle_failed"
+    """The settle call failed or was refused (lease lost): the broker did not do what was
+    asked and delivers the message again when its lease ends. Never an app's answer."""
+
+
+FINAL_KINDS = frozenset({Kind.ACK, Kind.DEAD, Kind.DROP})
+"""After these the broker no longer holds the message (the report's "completed")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +42,11 @@ class Outcome:
     @classmethod
     def dead(cls, reason: str, http_status: int | None = None) -> Outcome:
         return cls(Kind.DEAD, http_status, reason)
+
+    @classmethod
+    def release(cls, reason: str) -> Outcome:
+        """Give the message back without the app having seen it; ``reason`` says why."""
+        return cls(Kind.RELEASE, None, reason)
 
     @classmethod
     def drop(cls, reason: str, http_status: int | None = None) -> Outcome:

@@ -58,6 +58,13 @@ class DeadLetterTopics:
     async def retry(self, message: Message, delay_s: float) -> None:
         await self._driver.retry(message, delay_s)
 
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
+        await self._driver.release(message, delay_s)
+
+    @property
+    def releases_count_as_attempts(self) -> bool:
+        return self._driver.releases_count_as_attempts
+
     async def extend(self, message: Message, duration_s: float) -> None:
         await self._driver.extend(message, duration_s)
 

@@ -26,7 +26,13 @@ from priority_pubsub.drivers.azure_servicebus import (
 )
 from priority_pubsub.drivers.base import DriverContext, Pinger, Publisher
 from priority_pubsub.errors import DriverError, LeaseLost
-from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
+from tests.drivers.conformance import (
+    DeadLetter,
+    DriverConformance,
+    DriverHarness,
+    LateBroker,
+    receive_all,
+)
 from tests.support.servicebus_broker import ServiceBusBroker
 
 pytestmark = pytest.mark.azure
@@ -320,3 +326,27 @@ def test_options_need_exactly_one_credential() -> None:
         ServiceBusOptions(connection_string="x", namespace="y.servicebus.windows.net")
     options = ServiceBusOptions(connection_string="Endpoint=sb://secret")
     assert "secret" not in repr(options)
+
+
+@pytest.fixture
+async def late_broker() -> AsyncIterator[LateBroker]:
+    """A second test broker on a port chosen now, started only by ``bring_up``."""
+    broker = ServiceBusBroker()
+    queue = f"late-{uuid.uuid4().hex[:8]}"
+
+    def make_driver() -> ServiceBusDriver:
+        settings = ServiceBusOptions(connection_string=broker.connection_string, retry_total=1)
+        context = DriverContext(queues=(queue,), dead_letter_queue=None, lease_duration_s=LEASE_S)
+        return ServiceBusDriver(settings, context)
+
+    async def bring_up() -> None:
+        broker.start()
+        broker.create_queue(queue, lock_duration_s=LEASE_S)
+
+    async def publish(body: bytes) -> None:
+        async with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+                client.get_queue_sender(queue) as sender:
+            await sender.send_messages(ServiceBusMessage(body))
+
+    yield LateBroker(queue, make_driver, bring_up, publish)
+    broker.stop()

@@ -7,8 +7,9 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -26,13 +27,22 @@ from priority_pubsub.errors import (
     DriverUnavailable,
     LeaseLost,
 )
-from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
+from tests.drivers.conformance import (
+    DeadLetter,
+    DriverConformance,
+    DriverHarness,
+    LateBroker,
+    receive_all,
+)
 from tests.support.pubsub_emulator import (
     EMULATOR_ENV,
     PROJECT,
     Emulator,
     PubSubAdmin,
+    missing_reason,
+    running_emulator,
 )
+from tests.support.servers import free_port, skip_or_fail
 
 pytestmark = pytest.mark.gcp
 
@@ -258,14 +268,13 @@ async def test_retry_delay_is_capped_at_ten_minutes(topology: Topology) -> None:
     assert await driver.receive(topology.queues[0], 1, 1.5) == []
 
 
-async def test_ping_depth_and_unknown_queue(topology: Topology) -> None:
+async def test_ping_no_depth_and_unknown_queue(topology: Topology) -> None:
     driver = await topology.driver()
     assert isinstance(driver, Pinger)
-    assert isinstance(driver, DepthReporter)
+    # Backlog sizes live in Cloud Monitoring, not the Pub/Sub API: the driver does not
+    # claim an ability it cannot honour (``stats`` then shows "unknown").
+    assert not isinstance(driver, DepthReporter)
     await driver.ping()
-    for name in (topology.queues[0], topology.dead):
-        depth = await driver.depth(name)
-        assert (depth.visible, depth.in_flight, depth.oldest_age_s) == (None, None, None)
     with pytest.raises(DriverError, match="not a configured queue"):
         await driver.receive("nope", 1, 0)
 
@@ -312,3 +321,43 @@ def test_unknown_option_is_refused() -> None:
 
     with pytest.raises(ValidationError):
         PubSubOptions.model_validate({"project": "p", "endpoint_url": "x"})
+
+
+@pytest.fixture
+def late_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LateBroker]:
+    """A second emulator on a port chosen now (``PUBSUB_EMULATOR_HOST`` points there), started
+    only by ``bring_up``."""
+    reason = missing_reason()
+    if reason:
+        skip_or_fail(reason)
+    port = free_port()
+    monkeypatch.setenv(EMULATOR_ENV, f"127.0.0.1:{port}")
+    uid = uuid.uuid4().hex[:8]
+    queue, topic = f"late-{uid}", f"late-topic-{uid}"
+    stack = contextlib.ExitStack()
+
+    def make_driver() -> PubSubDriver:
+        context = DriverContext(queues=(queue,), dead_letter_queue=None, lease_duration_s=10)
+        return PubSubDriver(PubSubOptions(project=PROJECT, call_timeout_s=2), context)  # type: ignore[arg-type]
+
+    async def bring_up() -> None:
+        await asyncio.to_thread(stack.enter_context,
+                                running_emulator(tmp_path / "emulator.log", port=port))
+        admin = PubSubAdmin()
+        try:
+            await admin.topic(topic)
+            await admin.subscription(queue, topic)
+        finally:
+            await admin.close()
+
+    async def publish(body: bytes) -> None:
+        admin = PubSubAdmin()
+        try:
+            await admin.publish(topic, body, {})
+        finally:
+            await admin.close()
+
+    with stack:
+        yield LateBroker(queue, make_driver, bring_up, publish)

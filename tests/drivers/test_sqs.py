@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +33,14 @@ from priority_pubsub.errors import (
 from priority_pubsub.message import Message
 from priority_pubsub.transforms.base import Payload
 from priority_pubsub.transforms.sns_envelope import SnsEnvelope
-from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
-from tests.support.moto_server import MotoServer, free_port
+from tests.drivers.conformance import (
+    DeadLetter,
+    DriverConformance,
+    DriverHarness,
+    LateBroker,
+    receive_all,
+)
+from tests.support.moto_server import MotoServer, free_port, running_moto_server
 
 if TYPE_CHECKING:
     from types_boto3_sns import SNSClient
@@ -378,3 +385,32 @@ async def test_close_releases_what_a_running_poll_catches(aws: Aws) -> None:
     assert message.attempt == 2
     await other.ack(message)
 
+
+
+@pytest.fixture
+def late_broker(moto_server: MotoServer) -> Iterator[LateBroker]:
+    """A second moto server on a port chosen now, started only by ``bring_up`` (the session
+    server supplies the fake credentials in the environment)."""
+    port = free_port()
+    endpoint_url = f"http://127.0.0.1:{port}"
+    queue = f"late-{uuid.uuid4().hex[:8]}"
+    stack = contextlib.ExitStack()
+
+    def make_driver() -> SqsDriver:
+        context = DriverContext(queues=(queue,), dead_letter_queue=None, lease_duration_s=LEASE_S)
+        return SqsDriver(SqsOptions(endpoint_url=endpoint_url, connect_timeout_s=1), context)
+
+    def sqs_client() -> SQSClient:
+        return boto3.session.Session().client("sqs", endpoint_url=endpoint_url)
+
+    async def bring_up() -> None:
+        await asyncio.to_thread(stack.enter_context, running_moto_server(port=port))
+        sqs_client().create_queue(QueueName=queue)
+
+    async def publish(body: bytes) -> None:
+        client = sqs_client()
+        url = client.get_queue_url(QueueName=queue)["QueueUrl"]
+        await asyncio.to_thread(client.send_message, QueueUrl=url, MessageBody=body.decode())
+
+    with stack:
+        yield LateBroker(queue, make_driver, bring_up, publish)

@@ -9,10 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from priority_pubsub.config import load_config
 from priority_pubsub.ops import publish_messages
-from tests.support.app import Received
-from tests.support.sidecar import cli
+from tests.support.app import Received, RecordingApp
+from tests.support.sidecar import SidecarProcess, cli
 
 
 def publish(config: Path, queue: str, data: str, count: int = 1,
@@ -57,6 +59,16 @@ def journal_records(directory: Path) -> list[dict[str, Any]]:
     return records
 
 
+def samples(metrics_text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample of ``name`` in Prometheus text, by its sorted labels."""
+    found = {}
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == name:
+                found[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
 def assert_strict_with_a_late_high(received: list[Received], high: str, low: str) -> None:
     """Four high then six low were waiting; one more high ("late") was published after the
     sixth delivery: highs come first, and the late one overtakes the remaining lows at once."""
@@ -79,3 +91,16 @@ def wait_until(predicate: Any, timeout_s: float = 20, interval_s: float = 0.05) 
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+def serve_until_drained(directory: Path, config: dict[str, Any], app: RecordingApp,
+                        requests: int, queue: str, timeout_s: float = 30) -> SidecarProcess:
+    """Run a local-driver sidecar until the app saw ``requests`` requests and ``queue`` is
+    empty, then stop it (exit 0 asserted); its logs stay readable."""
+    sidecar = SidecarProcess(directory, config)
+    try:
+        app.wait_for(requests, timeout_s=timeout_s)
+        wait_until(lambda: not queue_rows(directory / "queues.db", queue), timeout_s=20)
+    finally:
+        assert sidecar.stop() == 0
+    return sidecar

@@ -10,13 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
 
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.servicebus_broker import ServiceBusBroker
-from tests.support.sidecar import sidecar_config, start_sidecar
+from tests.support.sidecar import SidecarProcess, sidecar_config, start_sidecar
 
 pytestmark = pytest.mark.azure
 
@@ -169,3 +170,29 @@ def test_sigterm_abandons_unfinished_messages_at_once(
         [message] = receiver.receive_messages(max_wait_time=2)
         assert message.delivery_count == 1
         receiver.complete_message(message)
+
+
+def test_broker_unreachable_at_start_is_waited_for_not_ready_never_exit(
+    tmp_path: Path, app: RecordingApp
+) -> None:
+    """Issue #14: ``run`` used to exit 1 after ~0.6 s (its start retry reused the client it
+    had just closed). Now: not ready while the broker is down, delivering once it is up."""
+    late = ServiceBusBroker()  # its port is chosen now; it listens only after start()
+    bus = Bus(late)
+    queue = f"{bus.prefix}-late"
+    config = bus.config(tmp_path, app.url, [queue])
+    sidecar = SidecarProcess(tmp_path, config)
+    try:
+        time.sleep(10)
+        assert sidecar.process.poll() is None, sidecar.logs()
+        assert httpx.get(f"{sidecar.ops_url}/readyz", timeout=2).status_code == 503
+        late.start()
+        late.create_queue(queue, lock_duration_s=2.0, max_delivery_count=20)
+        bus.send(queue, '{"n": 1}')
+        [received] = app.wait_for(1, timeout_s=40)
+        assert received.event["data"] == {"n": 1}
+        sidecar.wait_ready(timeout_s=10)
+    finally:
+        assert sidecar.stop() == 0
+        bus.client.close()
+        late.stop()

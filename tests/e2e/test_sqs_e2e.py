@@ -3,6 +3,7 @@ real HTTP) -> the real ``priority-pubsub run`` subprocess -> a real HTTP app."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -14,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
+from priority_pubsub.config import load_config
 from priority_pubsub.drivers.sqs import dapr_cloudevent
+from priority_pubsub.message import Message
+from priority_pubsub.ops import open_driver
 from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.moto_server import MotoServer
@@ -245,3 +249,44 @@ def test_sigterm_returns_unfinished_messages_at_once(
     assert item["Attributes"]["ApproximateReceiveCount"] == "2"
     [record] = journal_records(tmp_path / "journal")
     assert record["outcome"] == "retry"
+
+
+async def release_once(config: Path, queue: str, count: int) -> None:
+    """Receive and hand back unseen through the driver, as the dispatcher does with surplus:
+    SQS has counted a receive that no app ever saw."""
+    async with open_driver(load_config(config)) as driver:
+        got: list[Message] = []
+        while len(got) < count:
+            got += await driver.receive(queue, count - len(got), 1)
+        for message in got:
+            assert message.attempt == 1
+            await driver.release(message)
+
+
+def test_a_released_message_is_delivered_before_any_dead_letter_decision(
+    tmp_path: Path, app: RecordingApp, aws: Topology
+) -> None:
+    """Issue #14 item 1 on SQS: the receive count a release left behind (it cannot be undone)
+    must not dead-letter the message "before delivery"; the app's answer decides."""
+    low, dead = aws.queue("low"), aws.queue("dead")
+    app.behaviour = lambda r: Reply(500 if r.event["data"] == "fails" else 200)
+    for data in ("ok", "fails"):
+        aws.sqs.send_message(QueueUrl=aws.url(low), MessageBody=dapr_cloudevent(data, topic=low)
+                             .decode())
+    config = aws.config(tmp_path, app.url, [low], dead, transforms=[],
+                        retry={"max_attempts": 1, "initial_delay_s": 1, "max_delay_s": 1})
+    asyncio.run(release_once(write_config(tmp_path, config), low, 2))
+    sidecar = start_sidecar(tmp_path, config)
+    try:
+        received = app.wait_for(2, timeout_s=30)
+        wait_until(lambda: len(journal_records(tmp_path / "journal")) >= 2, timeout_s=15)
+    finally:
+        assert sidecar.stop() == 0
+    assert sorted((r.event["data"], r.event["attempt"]) for r in received) == [
+        ("fails", 2), ("ok", 2)]
+    settled = sorted((r["outcome"], r["attempt"], r["reason"] or "")
+                     for r in journal_records(tmp_path / "journal"))
+    last = "max attempts (1) reached; last: app returned 500"
+    assert settled == [("ack", 2, ""), ("dead", 2, last)]
+    [letter] = aws.drain(dead)
+    assert json.loads(letter["Body"])["data"] == "fails"

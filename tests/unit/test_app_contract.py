@@ -125,3 +125,25 @@ def test_dapr_response_table(status: int, body: bytes, kind: Kind) -> None:
     outcome = classify(status, body, FATAL)
     assert outcome.kind is kind
     assert outcome.http_status == status
+
+
+@pytest.mark.parametrize("answer", [b"[" * 5000 + b"]" * 5000, b'{"status": ' + b"9" * 5000 + b"}"])
+def test_app_answer_python_cannot_parse_is_a_non_json_success(answer: bytes) -> None:
+    assert classify(200, answer, FATAL).kind is Kind.ACK  # not an internal error
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"Type": "Notification", "Message": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+         "nested too deeply"),
+        (b'{"Type": "Notification", "Message": "\\ud800"}', "lone surrogate"),
+    ],
+)
+def test_sns_envelope_python_cannot_represent_is_a_transform_error(
+    body: bytes, reason: str
+) -> None:
+    from priority_pubsub.errors import TransformError
+
+    with pytest.raises(TransformError, match=reason):
+        SnsEnvelope()(Payload(body))

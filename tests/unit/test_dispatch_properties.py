@@ -19,7 +19,9 @@ from priority_pubsub.config import Settings, validate_config
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.message import Lease, Message
 from priority_pubsub.metrics import Metrics
+from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.scheduler import share_by_weight
+from priority_pubsub.settler import Settler
 
 NAMES = ("high", "normal", "low")
 WEIGHTS = (6, 3, 1)
@@ -48,7 +50,9 @@ class WakeOnlyDriver:
         index = NAMES.index(queue)
         return [Message(i, queue, index, b"", {}, 1, 0, Lease(None, 0)) for i in taken]
 
-    async def retry(self, message: Message, delay_s: float) -> None:
+    dead_letter_enabled = False
+
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
         assert delay_s == 0
         self.returned.append(message.id)
 
@@ -66,10 +70,14 @@ def take(
     scheduling: str, counts: list[int], free: int, seed: int
 ) -> tuple[list[Message], WakeOnlyDriver]:
     driver = WakeOnlyDriver(counts)
+    settings = config(scheduling)
+    observer = DeliveryObserver(Metrics(), None, driver_type="fake")
+    settler = Settler(settings, driver, observer)  # type: ignore[arg-type]
     dispatcher = Dispatcher(
-        config(scheduling),
-        driver,
-        Metrics(),  # type: ignore[arg-type]
+        settings,
+        driver,  # type: ignore[arg-type]
+        observer,
+        settler,
         rng=random.Random(seed),
         idle_wait_s=0.01,
     )
