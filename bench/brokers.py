@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -118,6 +119,26 @@ class SqsBroker:
         self._pool.shutdown(wait=False)
         _stop_group(self.process)
         self._log.close()
+
+
+class MotoSqsBroker(SqsBroker):
+    """moto in server mode (a dev dependency, always there): for counting calls, not speed."""
+
+    def __init__(self, directory: Path) -> None:
+        os.environ.update(AWS_ENV)
+        self.port = free_port()
+        self._log = (directory / "moto.log").open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        _wait_http(f"{self.endpoint_url}/moto-api/", self.process)
+        import boto3
+
+        self.client = boto3.client("sqs", endpoint_url=self.endpoint_url, region_name="us-east-1")
+        self._pool = ThreadPoolExecutor(8, thread_name_prefix="bench-sqs")
 
 
 class GcpBroker:
