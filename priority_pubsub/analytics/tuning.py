@@ -3,11 +3,11 @@
 Why. Spark's defaults are for a cluster: 200 shuffle partitions whatever the data, so a
 1 M-record report ran hundreds of tiny tasks per aggregate. The report sets the shuffle
 partitions from the journal's size (``SHUFFLE_BYTES_PER_PARTITION`` per partition, at least
-the cores Spark has) and turns adaptive query execution on (it coalesces small shuffle
-partitions and splits skewed ones at run time). Each step of the report runs under a job
-description (``report: <step>``), so Spark's UI, event log and ``bench.bench_report
---event-log`` show which step each job and stage belongs to; ``Steps`` also keeps each
-step's wall time for the summary.
+the cores Spark has; unless the launcher set them) and turns adaptive query execution on
+(it coalesces small shuffle partitions and splits skewed ones at run time). Each step of
+the report runs under a job description (``report: <step>``), so Spark's UI, event log and
+``bench.bench_report --event-log`` show which step each job and stage belongs to;
+``Steps`` also keeps each step's wall time for the summary.
 """
 
 from __future__ import annotations
@@ -53,9 +53,15 @@ def shuffle_partitions(size: int, cores: int) -> int:
 
 
 def tune(spark: SparkSession, journal_glob: str) -> int | None:
-    """Apply AQE and input-sized shuffle partitions to ``spark``; the partitions chosen."""
+    """Apply AQE and input-sized shuffle partitions to ``spark``; the partitions chosen.
+
+    A value the launcher set explicitly (``spark-submit --conf``, the builder) is kept."""
+    given = spark.sparkContext.getConf()
     for key, value in ADAPTIVE.items():
-        spark.conf.set(key, value)
+        if not given.contains(key):
+            spark.conf.set(key, value)
+    if given.contains("spark.sql.shuffle.partitions"):
+        return int(spark.conf.get("spark.sql.shuffle.partitions") or 0) or None
     size = input_bytes(spark, journal_glob)
     if size is None:
         return None
