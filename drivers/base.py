@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 
-from priority_pubsub.errors import DriverError
+from priority_pubsub.errors import ConfigError, DriverError
 from priority_pubsub.message import Lease, Message
 
 __all__ = [
@@ -48,6 +48,8 @@ __all__ = [
     "Publisher",
     "QueueDepth",
     "StoreProbe",
+    "check_options",
+    "deployment",
     "live_token",
     "map_errors",
     "own_options",
@@ -144,6 +146,23 @@ def live_token(message: Message, kind: type[T], verb: str, *, grace_ms: float = 
         raise DriverError(f"{verb}: message {message.id} was not received by this driver")
     message.lease.require_live(verb, message.id, grace_ms=grace_ms)
     return token
+
+
+def deployment(info: ValidationInfo) -> DriverContext | None:
+    """The ``DriverContext`` an options model is validated against (``load_config`` passes it
+    as validation context), for cross-field checks; None when validated on its own."""
+    return info.context if isinstance(info.context, DriverContext) else None
+
+
+def check_options(options: DriverOptions, context: DriverContext) -> None:
+    """Run an options model's cross-field checks against ``context``: ``load_config`` already
+    did, a driver built directly (tests, embedding) gets the same one-line ``ConfigError``."""
+    from priority_pubsub.config import describe_validation_error
+
+    try:
+        type(options).model_validate(options.model_dump(), context=context)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, prefix="driver")) from None
 
 
 @dataclass(frozen=True, slots=True)

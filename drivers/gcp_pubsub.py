@@ -63,7 +63,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth import exceptions as auth_exceptions
 from google.pubsub_v1 import PublisherAsyncClient, SubscriberAsyncClient
 from google.pubsub_v1.types import PubsubMessage, PullRequest, PullResponse, ReceivedMessage
-from pydantic import Field
+from pydantic import Field, ValidationInfo, model_validator
 
 from priority_pubsub.drivers.base import (
     CONTENT_TYPE_ATTRIBUTE,
@@ -71,13 +71,15 @@ from priority_pubsub.drivers.base import (
     DEAD_LETTER_SOURCE,
     DriverContext,
     DriverOptions,
+    check_options,
+    deployment,
     live_token,
     map_errors,
     own_options,
 )
 from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.gcp_names import is_path, map_error, resource_path
-from priority_pubsub.errors import ConfigError, DriverError, MessageTooLarge
+from priority_pubsub.errors import DriverError, MessageTooLarge
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Lease, Message, now_ms
 
@@ -119,6 +121,26 @@ class PubSubOptions(DriverOptions):
     call_timeout_s: float = Field(default=30, gt=0, le=600)
     """Deadline of every call except waiting pulls (ack, modify_ack_deadline, publish...)."""
 
+    @model_validator(mode="after")
+    def _fits_the_deployment(self, info: ValidationInfo) -> PubSubOptions:
+        context = deployment(info)
+        if context is None:
+            return self
+        if context.lease_duration_s > MAX_ACK_DEADLINE_S:
+            raise ValueError(
+                f"lease.duration_s: gcp_pubsub ack deadlines are at most {MAX_ACK_DEADLINE_S} s "
+                f"(got {context.lease_duration_s:g}); the lease keeper extends long tasks"
+            )
+        bare = [name for name in context.queues if not is_path(name, "subscriptions")]
+        if context.dead_letter_queue and not is_path(context.dead_letter_queue, "topics"):
+            bare.append(context.dead_letter_queue)
+        if bare and not (self.project or os.environ.get("GOOGLE_CLOUD_PROJECT")):
+            raise ValueError(
+                f"project: {bare[0]!r} is a bare id: set driver.project (or "
+                "GOOGLE_CLOUD_PROJECT) or give full paths projects/<p>/subscriptions/<id>"
+            )
+        return self
+
 
 @dataclass(slots=True)
 class _Subscription:
@@ -149,11 +171,7 @@ class PubSubDriver:
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
         options = own_options(options, PubSubOptions)
-        if context.lease_duration_s > MAX_ACK_DEADLINE_S:
-            raise ConfigError(
-                f"lease.duration_s: gcp_pubsub ack deadlines are at most {MAX_ACK_DEADLINE_S} s "
-                f"(got {context.lease_duration_s:g}); the lease keeper extends long tasks"
-            )
+        check_options(options, context)
         self.options = options
         self.context = context
         self.project = options.project or os.environ.get("GOOGLE_CLOUD_PROJECT")

@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import structlog
-from pydantic import Field
+from pydantic import Field, ValidationInfo, model_validator
 
 from priority_pubsub.drivers.base import (
     CONTENT_TYPE_ATTRIBUTE,
@@ -77,6 +77,8 @@ from priority_pubsub.drivers.base import (
     DriverContext,
     DriverOptions,
     QueueDepth,
+    check_options,
+    deployment,
     live_token,
     own_options,
 )
@@ -92,6 +94,7 @@ from priority_pubsub.drivers.sqs_api import (
 from priority_pubsub.drivers.sqs_sns import dapr_cloudevent, publish_via_sns
 from priority_pubsub.errors import DriverError, LeaseLost, MessageTooLarge
 from priority_pubsub.message import Lease, Message, now_ms
+from priority_pubsub.redaction import CredentialUrl
 
 if TYPE_CHECKING:
     from types_boto3_sqs.type_defs import (
@@ -126,7 +129,8 @@ class SqsOptions(DriverOptions):
     """The ``driver:`` keys for ``type: sqs``."""
 
     region: str | None = None
-    endpoint_url: str | None = None
+    endpoint_url: CredentialUrl | None = None
+    """May carry ``user:password@`` (a proxy): printed with the password masked."""
     queue_urls: dict[str, str] = Field(default_factory=dict)
     """Queue name -> URL; names not listed are resolved with GetQueueUrl at start."""
     wait_time_s: int = Field(default=MAX_WAIT_TIME_S, ge=1, le=MAX_WAIT_TIME_S)
@@ -139,6 +143,22 @@ class SqsOptions(DriverOptions):
     connect_timeout_s: float = Field(default=5, gt=0)
     close_wait_s: float = Field(default=MAX_WAIT_TIME_S + 1, ge=0)
     """How long ``close`` waits for running long polls so it can release what they catch."""
+
+    @model_validator(mode="after")
+    def _urls_name_configured_queues(self, info: ValidationInfo) -> SqsOptions:
+        context = deployment(info)
+        if context is None:
+            return self
+        known = set(context.queues) | {context.dead_letter_queue} - {None}
+        unknown = sorted(set(self.queue_urls) - known)
+        if unknown:
+            raise ValueError(f"queue_urls: not configured queues: {unknown}")
+        return self
+
+    @property
+    def endpoint(self) -> str | None:
+        """``endpoint_url`` in clear, for the SDK."""
+        return self.endpoint_url.get_secret_value() if self.endpoint_url else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +198,7 @@ class SqsDriver:
         self.calls: Counter[str] = Counter()
         """API calls made, by action, plus ``released`` (messages returned unseen)."""
         self._api = SqsApi(
-            region=options.region, endpoint_url=options.endpoint_url,
+            region=options.region, endpoint_url=options.endpoint,
             max_connections=options.max_connections,
             connect_timeout_s=options.connect_timeout_s,
         )
@@ -197,10 +217,7 @@ class SqsDriver:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        known = set(self.context.queues) | {self.context.dead_letter_queue} - {None}
-        unknown = sorted(set(self.options.queue_urls) - known)
-        if unknown:
-            raise DriverError(f"driver.queue_urls: not configured queues: {unknown}")
+        check_options(self.options, self.context)  # load_config did; a driver built directly
         if self._executor is None:  # start() is retried while SQS is unreachable
             self._executor = ThreadPoolExecutor(
                 self.options.max_connections, thread_name_prefix="sqs"
@@ -461,7 +478,7 @@ class SqsDriver:
     ) -> str:
         """``publish --via-sns TOPIC_ARN``: publish as Dapr's snssqs does (see ``sqs_sns``)."""
         send = functools.partial(
-            publish_via_sns, region=self.options.region, endpoint_url=self.options.endpoint_url
+            publish_via_sns, region=self.options.region, endpoint_url=self.options.endpoint
         )
         return await self._call("SNS Publish", send, topic_arn, body, attributes)
 

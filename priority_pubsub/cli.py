@@ -1,4 +1,4 @@
-"""The ``priority-pubsub`` command line (DESIGN §6).
+"""The ``priority-pubsub`` command line (README#command-line).
 
 Exit codes: 0 clean, 1 fatal error, 2 invalid config (one line naming the key path).
 """
@@ -18,6 +18,7 @@ import typer
 from priority_pubsub.config import Settings, load_config
 from priority_pubsub.dapr.flags import DaprdFlags, reject_unknown
 from priority_pubsub.errors import ConfigError, PriorityPubsubError
+from priority_pubsub.redaction import redact
 
 if TYPE_CHECKING:
     from priority_pubsub.dapr.setup import Loaded
@@ -38,7 +39,7 @@ ConfigOption = Annotated[
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"priority-pubsub: {message}", err=True)
+    typer.echo(f"priority-pubsub: {redact(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -140,13 +141,19 @@ def run(
     configure_logging(settings.log.level, settings.log.format)
 
     async def serve() -> None:  # built inside: a driver may refuse its options (exit 2)
-        if loaded.plan is None:
-            await Sidecar(settings).run()
-            return
-        from priority_pubsub.dapr.runtime import report, run_dapr
+        from priority_pubsub.publish_api.server import serving
 
-        report(loaded.plan, loaded.warnings)
-        await run_dapr(settings, loaded.plan)
+        try:
+            async with serving(settings, loaded.plan):
+                if loaded.plan is None:
+                    await Sidecar(settings).run()
+                    return
+                from priority_pubsub.dapr.runtime import report, run_dapr
+
+                report(loaded.plan, loaded.warnings)
+                await run_dapr(settings, loaded.plan)
+        except OSError as exc:  # a publish API port already taken
+            raise PriorityPubsubError(f"publish API: {exc}") from None
 
     _run_reporting(serve())
 
@@ -190,7 +197,8 @@ def check(
     flags = _flags(ctx, **_daprd_arguments(locals()))
     loaded = _loaded(config, flags, reach_app=not offline)
     settings = loaded.settings
-    typer.echo(json.dumps(settings.model_dump(mode="json"), indent=2))
+    # Secrets are typed (they dump masked); redact() also catches credentials in plain keys.
+    typer.echo(redact(json.dumps(settings.model_dump(mode="json"), indent=2)))
     for warning in loaded.warnings:
         typer.echo(f"WARN {warning}", err=True)
     if offline:
@@ -200,9 +208,10 @@ def check(
     if loaded.plan is not None:
         from priority_pubsub.dapr.check import missing_routes
 
-        problems += _run_reporting(missing_routes(loaded.plan, settings.app.url))
+        problems += _run_reporting(missing_routes(loaded.plan,
+                                                  settings.app.url.get_secret_value()))
     for problem in problems:
-        typer.echo(f"FAIL {problem}", err=True)
+        typer.echo(f"FAIL {redact(problem)}", err=True)
     if problems:
         raise typer.Exit(1)
     typer.echo("OK: config valid, driver and app reachable", err=True)

@@ -1,4 +1,5 @@
-"""Turn a transformed message into the HTTP request Dapr's sidecar would send (DESIGN §4).
+"""Turn a transformed message into the HTTP request Dapr's sidecar would send
+(README#the-app-contract-as-daprs-sidecar-does-it).
 
 Pure functions: no I/O, so every rule of the app contract is unit-testable.
 """

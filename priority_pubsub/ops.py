@@ -61,10 +61,17 @@ async def check_reachability(settings: Settings) -> list[str]:
                 await driver.ping()
     except DriverError as exc:
         problems.append(f"driver {settings.driver.type}: {exc}")
+    if settings.app.is_grpc:
+        from priority_pubsub.app_channel.grpc import app_callback_health
+
+        problem = await app_callback_health(settings.app.url.get_secret_value(), 5)
+        if problem is not None:
+            problems.append(f"app {settings.app.url}: {problem}")
+        return problems
     try:
         timeout = aiohttp.ClientTimeout(total=5)
         async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.options(settings.app.url) as response:
+                session.options(settings.app.url.get_secret_value()) as response:
             await response.read()  # any HTTP answer means the app is listening
     except (aiohttp.ClientError, TimeoutError) as exc:
         problems.append(f"app {settings.app.url}: unreachable ({type(exc).__name__}: {exc})")

@@ -16,13 +16,13 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from priority_pubsub.app_channel import build_channel
 from priority_pubsub.backoff import Backoff
 from priority_pubsub.config import Settings
 from priority_pubsub.delivery import Delivery
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
 from priority_pubsub.errors import DriverError
-from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.journal import JournalWriter
 from priority_pubsub.logs import get_logger
 from priority_pubsub.metrics import Metrics
@@ -61,8 +61,7 @@ class Sidecar:
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
         self.metrics.concurrency.set(settings.concurrency)
-        self.forwarder = Forwarder(settings.app, settings.concurrency,
-                                   exact_status=settings.dapr is not None)
+        self.forwarder = build_channel(settings)
         self.journal = (
             JournalWriter(settings.journal.path, settings.journal.rotate_mb,
                           settings.journal.fsync)

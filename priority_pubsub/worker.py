@@ -8,15 +8,15 @@ must not leave a half-settled message).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from priority_pubsub.config import Settings
-from priority_pubsub.delivery import Delivery, NativeDelivery
+from priority_pubsub.delivery import AppChannel, Delivery, NativeDelivery
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.errors import TransformError
-from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.leases import LeaseKeeper
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message, now_ms
@@ -46,7 +46,7 @@ class Worker:
         self,
         settings: Settings,
         driver: Driver,
-        forwarder: Forwarder,
+        forwarder: AppChannel,
         observer: DeliveryObserver,
         settler: Settler,
         delivery: Delivery | None = None,
@@ -111,6 +111,6 @@ class Worker:
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
         request = attempt.trace.inject(prepared.request, prepared.url)
-        outcome = await self._forwarder.forward(prepared.url, request)
+        outcome = await self._forwarder.deliver(dataclasses.replace(prepared, request=request))
         self._observer.forwarded(message, time.perf_counter() - started)
         return outcome

@@ -37,7 +37,7 @@ from priority_pubsub.config import AppConfig
 from priority_pubsub.dapr.plan import DaprPlan
 from priority_pubsub.dapr.routing import RoutingError, app_path, choose_path
 from priority_pubsub.dapr.subscriptions import Subscription
-from priority_pubsub.delivery import Prepared
+from priority_pubsub.delivery import Prepared, Target
 from priority_pubsub.errors import TransformError
 from priority_pubsub.message import Message
 from priority_pubsub.outcome import Outcome
@@ -62,7 +62,7 @@ class Decoded:
 class DaprDelivery:
     def __init__(self, plan: DaprPlan, app: AppConfig) -> None:
         self._plan = plan
-        self._base_url = app.url.rstrip("/")
+        self._base_url = app.url.get_secret_value().rstrip("/")
         self._token = app.api_token.get_secret_value()
 
     def decode(self, message: Message, payload: Payload) -> Decoded | Outcome:
@@ -98,8 +98,9 @@ class DaprDelivery:
         if path is None:
             return Outcome.drop(f"topic {decoded.topic}: no route matched")
         headers, adjusted = self._headers(decoded.metadata, event)
+        target = Target(self._plan.component.name, decoded.topic, path)
         return Prepared(self._base_url + app_path(path),
-                        AppRequest(body, headers, event, adjusted))
+                        AppRequest(body, headers, event, adjusted), target)
 
     def _event_and_body(self, decoded: Decoded) -> tuple[dict[str, Any], bytes]:
         if decoded.subscription.raw_payload:

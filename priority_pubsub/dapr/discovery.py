@@ -25,6 +25,16 @@ class AppNotAnswering(PriorityPubsubError):
     """The app did not answer ``GET /dapr/subscribe`` in time (exit 1, not a config error)."""
 
 
+def app_subscriptions(app_url: str, app_id: str, timeout_s: float) -> list[Subscription]:
+    """The app's programmatic subscriptions over its channel: HTTP ``GET /dapr/subscribe``,
+    or gRPC ``ListTopicSubscriptions`` for a ``grpc://`` app."""
+    if app_url.startswith("grpc://"):
+        from priority_pubsub.app_channel.grpc import list_topic_subscriptions
+
+        return list_topic_subscriptions(app_url, timeout_s)
+    return fetch_app_subscriptions(app_url, app_id, timeout_s)
+
+
 def fetch_app_subscriptions(app_url: str, app_id: str, timeout_s: float) -> list[Subscription]:
     url = app_url.rstrip("/") + SUBSCRIBE_PATH
     request = urllib.request.Request(url, headers={

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from priority_pubsub.dapr.components import ComponentContext, ComponentKind, Mapped, Unwrapped
 from priority_pubsub.dapr.naming import aws_sanitized, per_topic_queue
 from priority_pubsub.errors import DriverError, TransformError
@@ -81,7 +83,10 @@ class SnsSqs(ComponentKind):
 
     def entities(self, component: ComponentContext, driver: Mapping[str, Any]
                  ) -> SnsSqsEntities:
-        return SnsSqsEntities(driver.get("region"), driver.get("endpoint_url"),
+        endpoint = driver.get("endpoint_url")  # validated options: a SecretUrl
+        if isinstance(endpoint, SecretStr):
+            endpoint = endpoint.get_secret_value()
+        return SnsSqsEntities(driver.get("region"), endpoint,
                               manage=not component.flag("disableEntityManagement"))
 
     def unwrap(self, component: ComponentContext, payload: Payload) -> Unwrapped:

@@ -16,13 +16,9 @@ import pytest
 
 from priority_pubsub.drivers.base import Driver, Message
 from priority_pubsub.errors import DriverError
+from tests.support.topologies.base import DeadLetter
 
-
-@dataclass(frozen=True)
-class DeadLetter:
-    body: bytes
-    attributes: dict[str, str]
-    reason: str | None
+__all__ = ["DeadLetter", "DriverConformance", "DriverHarness", "receive_all"]
 
 
 @dataclass

@@ -43,6 +43,7 @@ from tests.support.pubsub_emulator import (
     running_emulator,
 )
 from tests.support.servers import free_port, skip_or_fail
+from tests.support.topologies.gcp import PubSubTopology
 
 pytestmark = pytest.mark.gcp
 
@@ -59,6 +60,7 @@ class Topology:
     dead: str
     dead_reader: str
     made: list[PubSubDriver]
+    shared: PubSubTopology
 
     async def driver(self, lease_s: float = 30, **options: object) -> PubSubDriver:
         context = DriverContext(queues=self.queues, dead_letter_queue=self.dead,
@@ -74,18 +76,14 @@ class Topology:
 
 async def make_topology(count: int = 3, *, policy: bool = True,
                         ack_deadline_s: int = 10) -> Topology:
-    admin = PubSubAdmin()
-    uid = uuid.uuid4().hex[:10]
-    dead = f"dead-{uid}"
-    await admin.topic(dead)
-    await admin.subscription(f"dead-read-{uid}", dead)
-    queues = tuple(f"q{i}-{uid}" for i in range(count))
-    topics = tuple(f"t{i}-{uid}" for i in range(count))
-    for queue, topic in zip(queues, topics, strict=True):
-        await admin.topic(topic)
-        await admin.subscription(queue, topic, ack_deadline_s=ack_deadline_s,
-                                 dead_letter_topic=dead if policy else None)
-    return Topology(admin, queues, topics, dead, f"dead-read-{uid}", [])
+    """Resources from the shared topology (``tests/support/topologies/gcp.py``); publishing
+    and draining through the async admin client in the test's loop."""
+    shared = await asyncio.to_thread(PubSubTopology)
+    queues = tuple([await asyncio.to_thread(shared.queue, f"q{i}", policy=policy,
+                                            ack_deadline_s=ack_deadline_s)
+                    for i in range(count)])
+    topics = tuple(f"t-q{i}-{shared.uid}" for i in range(count))
+    return Topology(PubSubAdmin(), queues, topics, shared.dead, shared.dead_reader, [], shared)
 
 
 @pytest.fixture
@@ -95,6 +93,7 @@ async def topology(pubsub_emulator: Emulator) -> AsyncIterator[Topology]:
     for driver in topo.made:
         await driver.close()
     await topo.admin.close()
+    topo.shared.close()
 
 
 @pytest.fixture
@@ -182,6 +181,7 @@ async def test_without_dead_letter_policy_every_delivery_is_attempt_one(
         for made in topo.made:
             await made.close()
         await topo.admin.close()
+        topo.shared.close()
 
 
 async def test_dead_letter_attributes_and_policy_topic_fallback(topology: Topology) -> None:

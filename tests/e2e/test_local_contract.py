@@ -1,5 +1,6 @@
-"""The app contract end to end (DESIGN §4): every row of Dapr's response table, fatal codes,
-backoff timing, max attempts and transform errors, through the real CLI and a real app."""
+"""The app contract end to end (README#the-app-contract-as-daprs-sidecar-does-it): every row
+of Dapr's response table, fatal codes, backoff timing, max attempts and transform errors,
+through the real CLI and a real app."""
 
 from __future__ import annotations
 

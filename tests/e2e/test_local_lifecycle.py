@@ -30,30 +30,6 @@ def test_sigterm_lets_the_task_finish_within_grace(tmp_path: Path, app: Recordin
     assert (record["message_id"], record["outcome"]) == (message_id, "ack")
 
 
-def test_sigterm_past_grace_returns_the_message_at_once(
-    tmp_path: Path, app: RecordingApp
-) -> None:
-    app.behaviour = lambda received: Reply(delay_s=60 if len(app.received) == 1 else 0)
-    config = local_config(tmp_path, app.url, shutdown={"grace_s": 1},
-                          lease={"duration_s": 300})
-    [message_id] = publish(write_config(tmp_path, config), "high", "{}")
-    sidecar = SidecarProcess(tmp_path, config)
-    app.wait_for(1)
-    sidecar.terminate()
-    assert sidecar.wait(15) == 0
-    [row] = queue_rows(tmp_path / "queues.db", "high")
-    assert not row["leased"]  # returned at once, not left to a 300 s lease
-    [record] = journal_records(tmp_path / "journal")
-    assert (record["outcome"], record["reason"]) == (
-        "retry", "sidecar shutting down: returned to the queue")
-    replica = SidecarProcess(tmp_path, config, name="replica")
-    try:
-        received = app.wait_for(2, timeout_s=10)
-    finally:
-        assert replica.stop() == 0
-    assert received[1].event["id"] == message_id
-    assert received[1].event["attempt"] == 2
-
 
 def test_kill_9_mid_task_loses_nothing(tmp_path: Path, app: RecordingApp) -> None:
     app.behaviour = lambda _: Reply(delay_s=0.2)
@@ -80,24 +56,6 @@ def test_kill_9_mid_task_loses_nothing(tmp_path: Path, app: RecordingApp) -> Non
     second_acks = {r["message_id"] for r in journal_records(tmp_path / "journal")
                    if r["outcome"] == "ack" and r["received_ms"] >= killed_ms}
     assert set(in_flight) <= second_acks
-
-
-def test_two_sidecars_share_one_file_without_double_delivery(
-    tmp_path: Path, app: RecordingApp
-) -> None:
-    app.behaviour = lambda _: Reply(delay_s=0.05)
-    config = local_config(tmp_path, app.url, concurrency=2, journal=None)
-    ids = publish(write_config(tmp_path, config), "normal", "{}", count=60)
-    replicas = [SidecarProcess(tmp_path, config, name=f"replica{n}") for n in range(2)]
-    try:
-        wait_until(lambda: not queue_rows(tmp_path / "queues.db", "normal"), timeout_s=40)
-    finally:
-        codes = [replica.stop() for replica in replicas]
-    assert codes == [0, 0]
-    delivered = Counter(r.event["id"] for r in app.received)
-    assert sorted(delivered) == sorted(ids)
-    assert set(delivered.values()) == {1}
-    assert app.max_in_progress > 2  # both replicas really worked at once
 
 
 def test_idle_replica_takes_a_crashed_replicas_message_when_its_lease_ends(
