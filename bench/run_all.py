@@ -38,7 +38,10 @@ def plan(big: bool, cloud: bool) -> list[tuple[str, list[str]]]:
                                     "3000" if big else "600", "--rounds", "1", "--wrk-s", "0"]))
     runs += [
         ("latency", ["--messages", "500" if big else "200", "--rounds", rounds]),
-        ("priority", ["--high", "300" if big else "150", "--rounds", rounds]),
+        ("priority", ["--high", "300" if big else "150", "--rounds", rounds,
+                      "--weighted-rounds", "3"]),
+        ("calls", ["--messages", "600" if big else "400", "--concurrency", "16",
+                   "--rounds", "3"]),
         ("idle", ["--window-s", "60" if big else "30",
                   *(["--driver", "local", "--driver", "sqs", "--sqs-window-s",
                      "120" if big else "60"] if cloud and MINISTACK.exists() else [])]),
@@ -105,6 +108,15 @@ def targets(results: list[tuple[str, str, dict[str, Any]]]) -> list[list[Any]]:
             rows.append(["high wait p50 ratio 10k/1k <= 1.1", value, _ok(1.1, value)])
             value = result["p99_ratio_big_over_small"]
             rows.append(["high wait p99 ratio 10k/1k <= 1.1", value, _ok(1.1, value)])
+        if name == "priority":
+            for queue, w in result.get("weighted", {}).items():
+                rows.append([f"weighted {queue}: share within 10 % of {w['weight_share']} "
+                             f"(95 % CI {w['ci95']})", w["measured_share"],
+                             "met" if w["within_10pct"] else "NOT met"])
+        if name == "calls":
+            value = result["batched_calls_per_message"]
+            rows.append(["SQS c=16 saturated <= 1.3 API calls per delivered message", value,
+                         _ok(1.3, value)])
         if name == "idle":
             for driver, r in result.get("drivers", {}).items():
                 if driver == "sqs":
