@@ -96,8 +96,7 @@ def _windows(events: DataFrame) -> DataFrame:
         F.coalesce(F.sum("net").over(before_minute), F.lit(0)).alias("backlog0"),
         F.coalesce(F.sum("higher_n").over(before_minute), F.lit(0)).alias("higher0"),
     )
-    # computed once (both the per-minute anchors and the receives read it), not twice
-    marked = _marked(events.join(F.broadcast(starts), ["target", "bucket"]))
+    marked = _marked(events.join(starts, ["target", "bucket"]))
     order = F.col("t") * 4 + F.col("kind")  # (t, kind) as one long: kind is 0..2
     anchors = (
         marked.where(F.col("anchor_t").isNotNull())
@@ -126,7 +125,7 @@ def _windows(events: DataFrame) -> DataFrame:
         marked.withColumn("prev_t", F.last("anchor_t", ignorenulls=True).over(inside_before))
         .withColumn("prev_higher", F.last("anchor_higher", ignorenulls=True).over(inside_before))
         .where(F.col("kind") == _RECEIVE)
-        .join(F.broadcast(carried), ["target", "bucket"])
+        .join(carried, ["target", "bucket"])
     )
     prev_higher = F.coalesce(F.col("prev_higher"), F.col("carry_higher"))
     return receives.select(
