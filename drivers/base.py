@@ -1,8 +1,9 @@
 """The driver protocol: the few verbs the core needs from a broker, and nothing else.
 
-A driver only consumes and settles. It never creates queues, topics or policies at start-up
-(tests and ``deploy/`` create infrastructure). Optional abilities (depth, publish, ping) are
-separate runtime-checkable protocols the core probes with ``isinstance``.
+A driver only consumes and settles. It never creates queues, topics or policies: that is
+``priority_pubsub.provision`` (``priority-pubsub provision``, ``run --provision``). Optional
+abilities (depth, publish, ping) are separate runtime-checkable protocols the core probes with
+``isinstance``.
 
 Every driver method raises only ``priority_pubsub.errors.DriverError`` subclasses: SDK
 exceptions are wrapped at this boundary and marked retriable or terminal.

@@ -120,6 +120,9 @@ class PubSubOptions(DriverOptions):
     """gRPC ``host:port`` instead of pubsub.googleapis.com (e.g. a regional endpoint)."""
     call_timeout_s: float = Field(default=30, gt=0, le=600)
     """Deadline of every call except waiting pulls (ack, modify_ack_deadline, publish...)."""
+    topics: dict[str, str] = Field(default_factory=dict)
+    """Queue (subscription) -> topic for ``provision``; default the topic of the same name.
+    Not used when consuming (a subscription knows its topic)."""
 
     @model_validator(mode="after")
     def _fits_the_deployment(self, info: ValidationInfo) -> PubSubOptions:

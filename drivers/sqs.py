@@ -6,7 +6,8 @@ ChangeMessageVisibility, dead_letter = SendMessage to the configured DLQ then De
 token an ``SqsReceipt`` (receipt handle + queue URL). Credentials and region come only from
 the standard AWS chain (environment, ~/.aws, web identity, instance/task role); ``region``
 and ``endpoint_url`` may be set in ``driver:``. Queue URLs are resolved once at start
-(GetQueueUrl) unless given in ``queue_urls``. The driver creates no queue, topic or policy.
+(GetQueueUrl) unless given in ``queue_urls``. The driver creates no queue, topic or policy:
+``priority_pubsub.provision.aws`` does (``provision``, ``run --provision``).
 
 Leases. The lease deadline is a local estimate (response time + visibility). A settle after
 it passed raises ``LeaseLost`` *without calling SQS*: SQS (and moto) may accept a stale
@@ -143,6 +144,9 @@ class SqsOptions(DriverOptions):
     connect_timeout_s: float = Field(default=5, gt=0)
     close_wait_s: float = Field(default=MAX_WAIT_TIME_S + 1, ge=0)
     """How long ``close`` waits for running long polls so it can release what they catch."""
+    sns_topics: dict[str, str] = Field(default_factory=dict)
+    """Queue name -> SNS topic name: ``provision`` creates the topic, the queue's subscription
+    (raw delivery off) and the queue policy. Not used when consuming."""
 
     @model_validator(mode="after")
     def _urls_name_configured_queues(self, info: ValidationInfo) -> SqsOptions:

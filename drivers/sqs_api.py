@@ -116,6 +116,12 @@ def entry_errors(
     return errors
 
 
+def is_missing_queue(exc: botocore.exceptions.ClientError) -> bool:
+    """SQS's "no such queue" answer (its codes differ between the JSON and query APIs)."""
+    error = exc.response.get("Error", {})
+    return bool({str(error.get("Code", "")), str(error.get("QueryErrorCode", ""))} & _NO_QUEUE)
+
+
 wrapped = functools.partial(
     map_errors, map_error,
     catch=(botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError),

@@ -127,6 +127,9 @@ def run(
     app_health_probe_interval: IntOption = None,
     app_health_probe_timeout: IntOption = None,
     app_health_threshold: IntOption = None,
+    provision: Annotated[bool, typer.Option(
+        "--provision", help="First create what the config needs on the broker (as "
+        "`priority-pubsub provision`; drift is logged, not changed).")] = False,
 ) -> None:
     """Run the sidecar until SIGTERM/SIGINT; unfinished messages go back to their queue.
 
@@ -141,6 +144,8 @@ def run(
     configure_logging(settings.log.level, settings.log.format)
 
     async def serve() -> None:  # built inside: a driver may refuse its options (exit 2)
+        if provision and loaded.plan is None:
+            await _provision_at_start(settings)
         from priority_pubsub.publish_api.server import serving
 
         try:
@@ -158,12 +163,30 @@ def run(
     _run_reporting(serve())
 
 
+async def _provision_at_start(settings: Settings) -> None:
+    """``run --provision``: create what is missing; report drift and go on (as daprd's entity
+    management, which creates but never rewrites an entity's settings)."""
+    from priority_pubsub.logs import get_logger
+    from priority_pubsub.provision import Mode
+    from priority_pubsub.provision import provision as provision_entities
+
+    log = get_logger("priority_pubsub.provision")
+    done = await provision_entities(settings, Mode())
+    for action in done.actions:
+        if action.action.value == "drift":
+            log.warning("provision: drift left as it is", **action.as_json())
+        elif action.action.value != "ok":
+            log.info("provision", **action.as_json())
+    for note in done.notes:
+        log.info(note)
+
+
 def _daprd_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     """The daprd flags among a command's arguments; health flags keyed by their flag name."""
     health = ("enable_app_health_check", "app_health_check_path", "app_health_probe_interval",
               "app_health_probe_timeout", "app_health_threshold")
     given = {key: value for key, value in arguments.items()
-             if key not in ("ctx", "config", "offline", *health)}
+             if key not in ("ctx", "config", "offline", "provision", *health)}
     given.update({"--" + key.replace("_", "-"): arguments[key] for key in health})
     return given
 
@@ -215,6 +238,31 @@ def check(
     if problems:
         raise typer.Exit(1)
     typer.echo("OK: config valid, driver and app reachable", err=True)
+
+
+@app.command()
+def provision(
+    config: ConfigOption = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only show the plan; exit 3 if anything would change.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help='Print {"actions": [...]} instead of a table.')] = False,
+    update: Annotated[bool, typer.Option(
+        help="Also change existing resources whose settings differ (else: drift).")] = False,
+) -> None:
+    """Create the queues, topics, subscriptions and policies the config needs; verify the
+    ones that exist. Exit 0: all in place; 3: (would) change something or drift remains."""
+    from priority_pubsub.provision import Mode
+    from priority_pubsub.provision import provision as provision_entities
+
+    loaded = _loaded(config, DaprdFlags(), reach_app=True)
+    mode = Mode(dry_run=dry_run, update=update)
+    done = _run_reporting(provision_entities(loaded.settings, mode, loaded.plan))
+    if as_json:
+        typer.echo(done.as_json())
+    else:
+        done.render()
+    raise typer.Exit(done.exit_code)
 
 
 @app.command()

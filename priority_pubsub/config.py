@@ -70,6 +70,18 @@ class DriverConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+class TransformEntry(BaseModel):
+    """A transform with options: ``{name: s3_claim_check, bucket: B, ...}``; the options are
+    validated by the transform's own ``options_model``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1)
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 APP_URL_SCHEMES = ("http://", "https://", "grpc://")
 
 
@@ -192,7 +204,8 @@ class Settings(_Strict):
     queues: tuple[QueueConfig, ...] = Field(min_length=1)
     scheduling: Literal["strict", "weighted"] = "strict"
     concurrency: int = Field(default=4, ge=1, le=4096)
-    transforms: tuple[str, ...] = ()
+    transforms: tuple[str | TransformEntry, ...] = ()
+    """Plain names, or entries with options (``TransformEntry``), applied in order."""
     app: AppConfig = AppConfig()
     retry: RetryConfig = RetryConfig()
     dead_letter: DeadLetterConfig | None = None
@@ -366,9 +379,14 @@ def _with_driver_options(settings: Settings) -> Settings:
 
 def _validate_transforms(settings: Settings) -> None:
     from priority_pubsub.plugins import transform_class
+    from priority_pubsub.transforms.base import build_transform
 
-    for index, name in enumerate(settings.transforms):
+    for index, entry in enumerate(settings.transforms):
         try:
-            transform_class(name)
+            transform_class(entry if isinstance(entry, str) else entry.name)
+            build_transform(entry)
+        except ValidationError as exc:
+            raise ConfigError(describe_validation_error(exc, prefix=f"transforms.{index}")
+                              ) from None
         except ConfigError as exc:
             raise ConfigError(f"transforms.{index}: {exc}") from None

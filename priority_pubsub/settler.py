@@ -40,9 +40,9 @@ class Settler:
         forwarded_ms: int | None = None,
         shutting_down: bool = False,
         trace: AttemptTrace = NO_TRACE,
-    ) -> None:
-        """Settle ``message`` as ``outcome`` says; never raises a driver's error (it is
-        reported as ``settle_failed``). Callers shield it from cancellation."""
+    ) -> Settled:
+        """Settle ``message`` as ``outcome`` says and return what happened; never raises a
+        driver's error (it is reported as ``settle_failed``). Callers shield it."""
         plan = plan_settlement(outcome, message.attempt, self._retry,
                                shutting_down=shutting_down,
                                dead_letter_enabled=self._driver.dead_letter_enabled,
@@ -60,6 +60,7 @@ class Settler:
                             plan.http_status, forwarded_ms, detail)
         trace.end(Outcome(event.kind, event.http_status, event.reason))
         self._observer.settled(event)
+        return event
 
     async def release(self, message: Message, reason: str) -> None:
         """Hand back a message the app never saw (journaled ``release`` with ``reason``)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from priority_pubsub.config import Settings
@@ -21,7 +20,7 @@ from priority_pubsub.leases import LeaseKeeper
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message, now_ms
 from priority_pubsub.observer import DeliveryObserver
-from priority_pubsub.outcome import Outcome
+from priority_pubsub.outcome import Kind, Outcome
 from priority_pubsub.settlement import admit
 from priority_pubsub.settler import Settler
 from priority_pubsub.tracing import NO_TRACE, NO_TRACING, AttemptTrace, DeliveryTracer
@@ -37,6 +36,8 @@ class Attempt:
     forwarded_ms: int | None = None
     outcome: Outcome | None = None
     trace: AttemptTrace = NO_TRACE
+    payload: Payload | None = None
+    """The transformed payload, for the transforms' settle hooks (claim checks)."""
 
 
 class Worker:
@@ -58,7 +59,7 @@ class Worker:
         self._forwarder = forwarder
         self._observer = observer
         self._settler = settler
-        self._chain = TransformChain.from_names(settings.transforms)
+        self._chain = TransformChain.from_config(settings.transforms)
         self._delivery = delivery or NativeDelivery(settings)
 
     async def handle(self, message: Message) -> None:
@@ -83,11 +84,14 @@ class Worker:
         await keeper.stop()
         await asyncio.shield(self._settle(attempt, shutting_down=False))
 
-    def _settle(self, attempt: Attempt, *, shutting_down: bool) -> Awaitable[None]:
+    async def _settle(self, attempt: Attempt, *, shutting_down: bool) -> None:
         assert attempt.outcome is not None
-        return self._settler.settle(attempt.message, attempt.outcome,
-                                    forwarded_ms=attempt.forwarded_ms,
-                                    shutting_down=shutting_down, trace=attempt.trace)
+        settled = await self._settler.settle(attempt.message, attempt.outcome,
+                                             forwarded_ms=attempt.forwarded_ms,
+                                             shutting_down=shutting_down, trace=attempt.trace)
+        if settled.kind is not Kind.SETTLE_FAILED:
+            await self._after_settle(attempt, Outcome(settled.kind, settled.http_status,
+                                                      settled.reason))
 
     async def _decide(self, attempt: Attempt) -> Outcome:
         message = attempt.message
@@ -96,11 +100,14 @@ class Worker:
         if refused is not None:
             return refused
         try:
-            payload = self._chain(
+            payload = await self._chain.apply(
                 Payload(message.body, dict(message.attributes), message.content_type)
             )
         except TransformError as exc:
+            if exc.retriable:
+                return Outcome.retry(f"transform unavailable: {exc}")
             return Outcome.dead(f"transform failed: {exc}")
+        attempt.payload = payload
         prepared = self._delivery.prepare(message, payload)
         if isinstance(prepared, Outcome):
             return prepared
@@ -114,3 +121,14 @@ class Worker:
         outcome = await self._forwarder.deliver(dataclasses.replace(prepared, request=request))
         self._observer.forwarded(message, time.perf_counter() - started)
         return outcome
+
+    async def _after_settle(self, attempt: Attempt, outcome: Outcome) -> None:
+        """The transforms' settle hooks; their failures are logged, never change the outcome
+        (the message is settled already)."""
+        if attempt.payload is None:
+            return
+        try:
+            await self._chain.after_settle(outcome, attempt.payload)
+        except Exception as exc:
+            log.warning("after-settle hook failed", message_id=attempt.message.id,
+                        queue=attempt.message.queue, error=repr(exc))

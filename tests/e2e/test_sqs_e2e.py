@@ -30,6 +30,14 @@ class TestSqsScenarios(SidecarScenarios):
         return sqs_topology
 
 
+class TestSqsScenariosOnProvisionedEntities(SidecarScenarios):
+    """Every scenario again, on queues and dead-letter wiring made by ``provision`` alone."""
+
+    @pytest.fixture
+    def topology(self, provisioned_sqs_topology: SqsTopology) -> SqsTopology:
+        return provisioned_sqs_topology
+
+
 def test_dapr_topology_delivers_the_original_cloudevent(
     tmp_path: Path, app: RecordingApp, sqs_topology: SqsTopology
 ) -> None:

@@ -35,6 +35,16 @@ def sqs_topology(moto_server: MotoServer) -> Iterator[SqsTopology]:
 
 
 @pytest.fixture
+def provisioned_sqs_topology(moto_server: MotoServer) -> Iterator[SqsTopology]:
+    """SQS queues, SNS subscriptions and the dead-letter wiring made by ``provision`` alone."""
+    from tests.support.topologies.sqs import ProvisionedSqsTopology
+
+    topology = ProvisionedSqsTopology(moto_server)
+    yield topology
+    topology.close()
+
+
+@pytest.fixture
 def pubsub_topology(pubsub_emulator: Emulator) -> Iterator[PubSubTopology]:
     from tests.support.topologies.gcp import PubSubTopology
 

@@ -101,3 +101,47 @@ class SqsTopology:
     def close(self) -> None:
         self.sqs.close()
         self.sns.close()
+
+
+class ProvisionedSqsTopology(SqsTopology):
+    """The same topology made by ``priority-pubsub provision`` alone (issue #18): naming a
+    queue or a topic re-provisions everything so far; nothing is created by hand."""
+
+    def __init__(self, server: MotoServer) -> None:
+        super().__init__(server)
+        self._queues: list[str] = []
+        self._sns_topics: dict[str, str] = {}
+        self._lease_s = 2.0
+
+    def queue(self, suffix: str, lease_s: float = 2.0, **attributes: str) -> str:
+        name = f"{self.prefix}-{suffix}"
+        if suffix != "dead":
+            self._queues.append(name)
+            self._lease_s = lease_s
+        self._provision()
+        return name
+
+    def subscribe(self, queue: str, *, raw: bool = False) -> str:
+        if raw:  # provision makes Dapr's topology only: raw delivery off
+            return super().subscribe(queue, raw=raw)
+        self._sns_topics[queue] = f"{queue}-topic"
+        self._provision()
+        [arn] = [t["TopicArn"] for t in self.sns.list_topics()["Topics"]
+                 if t["TopicArn"].endswith(f":{queue}-topic")]
+        return arn
+
+    def _provision(self) -> None:
+        from priority_pubsub.config import validate_config
+        from priority_pubsub.provision import Mode, provision_blocking
+
+        if not self._queues:  # the dead-letter queue comes with the first queue
+            return
+        driver = {"type": "sqs", "endpoint_url": self.server.endpoint_url,
+                  "region": self.server.region, "sns_topics": self._sns_topics}
+        settings = validate_config({
+            "driver": driver, "queues": [{"name": q} for q in self._queues],
+            "lease": {"duration_s": max(1, round(self._lease_s))},
+            "dead_letter": {"queue": f"{self.prefix}-dead"},
+        })
+        done = provision_blocking(settings, Mode(update=True))
+        assert done.exit_code == 0, done.as_json()
