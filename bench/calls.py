@@ -22,7 +22,6 @@ overlap). Idle cost is unchanged by construction: an idle sidecar settles nothin
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import uuid
@@ -34,13 +33,11 @@ import uvloop
 
 from bench.brokers import EMULATOR, Broker, GcpBroker, MotoSqsBroker
 from bench.common import AppProcess, emit, log, make_settings, quiet_logging, temp_dir
-from bench.loops import Probe
-from priority_pubsub.drivers.base import Driver
+from bench.loops import run_sidecar
 from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.gcp_pubsub import PubSubDriver
 from priority_pubsub.drivers.sqs import SqsDriver
 from priority_pubsub.plugins import build_driver
-from priority_pubsub.sidecar import Sidecar
 
 MODES = ("batched", "unbatched")
 BROKERS = {"sqs": "moto server", "gcp_pubsub": "Google's Pub/Sub emulator"}
@@ -64,32 +61,18 @@ async def one_run(directory: Path, broker: Broker, app: AppProcess, mode: str,
             sent[event_name.rsplit(".", 1)[-1]] += 1
 
         driver._api.sqs.meta.events.register("before-send.sqs", count)
-        delivered = await _run(settings, driver, args)
+        delivered = (await run_sidecar(settings, args.messages, 300, driver=driver)).acked
     else:
         assert isinstance(driver, PubSubDriver)
         if mode == "unbatched":
             driver._acks = MicroBatcher(driver._send_acks, 1)
             driver._modacks = MicroBatcher(driver._send_modacks, 1)
-        delivered = await _run(settings, driver, args)
+        delivered = (await run_sidecar(settings, args.messages, 300, driver=driver)).acked
         sent.update(driver.calls)
         sent["pull"] = driver.pull_calls
     total = sum(sent.values())
     return {"mode": mode, "delivered": delivered, "requests": dict(sent),
             "calls_per_message": round(total / delivered, 3) if delivered else None}
-
-
-async def _run(settings: Any, driver: Driver, args: argparse.Namespace) -> int:
-    """Run the shipped sidecar on ``driver`` until every preloaded message is acked."""
-    probe = Probe(args.messages)
-    probe.attach(driver)
-    sidecar = Sidecar(settings, driver=driver)
-    running = asyncio.create_task(sidecar.run(handle_signals=False))
-    try:
-        await asyncio.wait_for(probe.done.wait(), 300)
-    finally:
-        sidecar.request_stop()
-        await running
-    return probe.acked
 
 
 async def one_driver(name: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -178,9 +178,11 @@ async def naive_forwarder(settings: Settings, queue: str, count: int, concurrenc
 
 
 async def run_sidecar(settings: Settings, count: int, timeout_s: float,
-                      until: Callable[[Probe], bool] | None = None) -> Probe:
-    """Run the shipped sidecar until ``count`` messages are acked; return its probe."""
-    driver = build_driver(settings)
+                      until: Callable[[Probe], bool] | None = None,
+                      driver: Driver | None = None) -> Probe:
+    """Run the shipped sidecar until ``count`` messages are acked; return its probe.
+    ``driver``: one built (and adjusted) by the caller, else the settings' own."""
+    driver = driver or build_driver(settings)
     probe = Probe(count)
     probe.attach(driver)
     sidecar = Sidecar(settings, driver=driver)

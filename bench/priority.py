@@ -40,7 +40,7 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from bench.loops import Probe
+from bench.loops import Probe, run_sidecar
 from priority_pubsub.drivers.local import LocalDriver
 from priority_pubsub.plugins import build_driver
 from priority_pubsub.sidecar import Sidecar
@@ -92,16 +92,7 @@ async def weighted_round(directory: Path, broker: LocalBroker, app: AppProcess,
                              [{"name": n, "weight": w} for n, w in names.items()],
                              app_url=app.url, concurrency=args.concurrency,
                              scheduling="weighted")
-    driver = build_driver(settings)
-    probe = Probe(args.weighted_messages)
-    probe.attach(driver)
-    sidecar = Sidecar(settings, driver=driver)
-    running = asyncio.create_task(sidecar.run(handle_signals=False))
-    try:
-        await asyncio.wait_for(probe.done.wait(), 600)
-    finally:
-        sidecar.request_stop()
-        await running
+    probe = await run_sidecar(settings, args.weighted_messages, 600)
     return {base: probe.acked_by_queue.get(f"{base}-{round_no}", 0) for base in WEIGHTS}
 
 

@@ -30,6 +30,18 @@ class Broker:
         return [LeaseLost(e) if e in self.stale else None for e in entries]
 
 
+async def one_call_in_flight(
+    broker: Broker | None = None,
+) -> tuple[Broker, MicroBatcher[str, str], asyncio.Task[None]]:
+    """A batcher whose first settle ("a") is in flight, held at the broker's closed gate."""
+    broker = broker or Broker()
+    broker.gate.clear()
+    batcher: MicroBatcher[str, str] = MicroBatcher(broker.send, 10)
+    first = asyncio.create_task(batcher.submit("q", "a"))
+    await asyncio.sleep(0.01)
+    return broker, batcher, first
+
+
 async def test_a_lone_settle_is_sent_at_once() -> None:
     broker = Broker()
     batcher = MicroBatcher(broker.send, 10)
@@ -39,11 +51,7 @@ async def test_a_lone_settle_is_sent_at_once() -> None:
 
 
 async def test_settles_arriving_during_a_call_go_together_after_it() -> None:
-    broker = Broker()
-    broker.gate.clear()
-    batcher = MicroBatcher(broker.send, 10)
-    first = asyncio.create_task(batcher.submit("q", "a"))
-    await asyncio.sleep(0.01)
+    broker, batcher, first = await one_call_in_flight()
     assert broker.calls == [("q", ["a"])]  # sent before anything else arrived
     rest = [asyncio.create_task(batcher.submit("q", x)) for x in "bcd"]
     other = asyncio.create_task(batcher.submit("other", "z"))  # another key is not held
@@ -69,11 +77,7 @@ async def test_a_full_batch_goes_at_once_without_waiting_for_the_call_in_flight(
 
 
 async def test_a_partial_failure_fails_only_its_own_entry() -> None:
-    broker = Broker(stale=frozenset({"b"}))
-    broker.gate.clear()
-    batcher = MicroBatcher(broker.send, 10)
-    first = asyncio.create_task(batcher.submit("q", "a"))
-    await asyncio.sleep(0.01)
+    broker, batcher, first = await one_call_in_flight(Broker(stale=frozenset({"b"})))
     grouped = [asyncio.create_task(batcher.submit("q", x)) for x in "bc"]
     broker.gate.set()
     results = await asyncio.wait_for(
@@ -86,12 +90,8 @@ async def test_a_partial_failure_fails_only_its_own_entry() -> None:
 
 
 async def test_a_failed_call_fails_its_batch_and_not_the_next() -> None:
-    broker = Broker()
-    broker.gate.clear()
+    broker, batcher, first = await one_call_in_flight()
     broker.broken = True
-    batcher = MicroBatcher(broker.send, 10)
-    first = asyncio.create_task(batcher.submit("q", "a"))
-    await asyncio.sleep(0.01)
     second = asyncio.create_task(batcher.submit("q", "b"))
     await asyncio.sleep(0.01)
     broker.gate.set()
@@ -105,11 +105,7 @@ async def test_a_failed_call_fails_its_batch_and_not_the_next() -> None:
 
 
 async def test_a_cancelled_caller_still_has_its_settle_sent() -> None:
-    broker = Broker()
-    broker.gate.clear()
-    batcher = MicroBatcher(broker.send, 10)
-    first = asyncio.create_task(batcher.submit("q", "a"))
-    await asyncio.sleep(0.01)
+    broker, batcher, first = await one_call_in_flight()
     waiting = asyncio.create_task(batcher.submit("q", "b"))
     await asyncio.sleep(0.01)
     waiting.cancel()
