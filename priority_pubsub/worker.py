@@ -86,6 +86,8 @@ class Worker:
         max_attempts = self._settings.retry.max_attempts
         if message.attempt > max_attempts:
             return Outcome.dead(f"max attempts ({max_attempts}) exceeded before delivery")
+        if message.defect is not None:
+            return Outcome.dead(f"malformed message: {message.defect}")
         try:
             payload = self._chain(
                 Payload(message.body, dict(message.attributes), message.content_type)
