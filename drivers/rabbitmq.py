@@ -175,13 +175,18 @@ class RabbitMQDriver:
 
     async def _link(self) -> AbstractConnection:
         """The open connection, (re)connecting and declaring the topology when needed."""
-        if self._connection is not None and not self._connection.is_closed:
+        if self._connection is not None and _usable(self._connection):
             return self._connection
         if self._connect_lock is None:
             self._connect_lock = asyncio.Lock()
         async with self._connect_lock:
-            if self._connection is not None and not self._connection.is_closed:
+            if self._connection is not None and _usable(self._connection):
                 return self._connection
+            if self._connection is not None:
+                log.warning("rabbitmq connection lost; reconnecting")
+                with contextlib.suppress(Exception):
+                    await self._connection.close()
+            self._connection = None
             self._connection = await self._connect()
             self._publisher = None
             return self._connection
@@ -528,3 +533,9 @@ class RabbitMQDriver:
         task: asyncio.Task[None] = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _usable(connection: AbstractConnection) -> bool:
+    """aio-pika's plain connection stays "not closed" when the broker drops it; only its
+    ``connected`` event tells."""
+    return not connection.is_closed and connection.connected.is_set()

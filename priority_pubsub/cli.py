@@ -87,7 +87,7 @@ def check(
     from priority_pubsub.ops import check_reachability
 
     settings = _settings(config)
-    typer.echo(json.dumps(settings.model_dump(mode="json"), indent=2))
+    typer.echo(json.dumps(_printable(settings), indent=2))
     if offline:
         typer.echo("OK: config valid (offline: driver and app not contacted)", err=True)
         return
@@ -97,6 +97,19 @@ def check(
     if problems:
         raise typer.Exit(1)
     typer.echo("OK: config valid, driver and app reachable", err=True)
+
+
+def _printable(settings: Settings) -> dict[str, Any]:
+    """The config as ``check`` prints it: driver keys through the driver's own model, so its
+    secrets (``url``, ``connection_string``) are masked like ``app.api_token``."""
+    from priority_pubsub.plugins import driver_class
+
+    shown = settings.model_dump(mode="json")
+    options = driver_class(settings.driver.type).options_model.model_validate(
+        settings.driver.options())
+    shown["driver"] = {"type": settings.driver.type,
+                       **options.model_dump(mode="json", exclude_unset=True)}
+    return shown
 
 
 @app.command()
