@@ -49,15 +49,22 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 from pydantic import Field, SecretStr, model_validator
 
-from priority_pubsub.drivers.base import DriverContext, DriverOptions, QueueDepth
-from priority_pubsub.drivers.rabbitmq_topology import Declarer, Layout
-from priority_pubsub.drivers.rabbitmq_wire import (
+from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
+    DriverContext,
+    DriverOptions,
+    QueueDepth,
+    live_token,
+    map_errors,
+    own_options,
+)
+from priority_pubsub.drivers.rabbitmq_topology import Declarer, Layout
+from priority_pubsub.drivers.rabbitmq_wire import (
     RENEWAL_HEADER,
     copy_of,
+    map_error,
     new_message,
-    rabbit_error,
     read_delivery,
 )
 from priority_pubsub.errors import ConfigError, DriverError, LeaseLost
@@ -130,9 +137,11 @@ class RabbitMQDriver:
 
     name: ClassVar[str] = "rabbitmq"
     options_model: ClassVar[type[DriverOptions]] = RabbitOptions
+    releases_count_as_attempts: ClassVar[bool] = False
+    """A release publishes a copy carrying the same attempt number, then acks."""
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        assert isinstance(options, RabbitOptions)
+        options = own_options(options, RabbitOptions)
         renew_after_s = options.consumer_timeout_s * RENEW_FRACTION
         if context.lease_duration_s / 3 >= renew_after_s:
             raise ConfigError(
@@ -192,12 +201,10 @@ class RabbitMQDriver:
             return self._connection
 
     async def _connect(self) -> AbstractConnection:
-        try:
+        with map_errors(map_error, "connect"):
             connection = await aio_pika.connect(
                 self.options.url.get_secret_value(), timeout=self.options.connect_timeout_s,
                 client_properties={"connection_name": f"priority-pubsub-{self._instance}"})
-        except Exception as exc:
-            raise rabbit_error(exc, "connect") from None
         try:
             declarer = Declarer(connection, self._layout)
             await declarer.consumed_queues()
@@ -206,9 +213,9 @@ class RabbitMQDriver:
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 await connection.close()
-            if isinstance(exc, DriverError | asyncio.CancelledError):
+            if isinstance(exc, DriverError) or not isinstance(exc, Exception):
                 raise
-            raise rabbit_error(exc, "declare") from None
+            raise map_error(exc, "declare") from exc
         return connection
 
     # -- consuming -------------------------------------------------------------------------
@@ -234,13 +241,11 @@ class RabbitMQDriver:
                        pending: _Pending) -> list[Message]:
         connection = await self._link()
         physical = self._layout.physical(queue)
-        try:
+        with map_errors(map_error, f"receive {queue}"):
             channel = await connection.channel(publisher_confirms=False)
             got = await self._get_some(channel, physical, count)
             if not got and wait_s > 0 and not pending.abandoned.is_set():
                 got = await self._consume_some(channel, physical, count, wait_s, pending)
-        except Exception as exc:
-            raise rabbit_error(exc, f"receive {queue}") from None
         if not got or pending.abandoned.is_set():
             with contextlib.suppress(Exception):
                 await channel.close()  # returns anything it got to the queue
@@ -420,18 +425,12 @@ class RabbitMQDriver:
 
     def _live(self, message: Message, verb: str) -> _Held:
         held = message.lease.token
-        assert isinstance(held, _Held), "not a rabbitmq message"
-        if held.done and not held.lapsed:
+        if isinstance(held, _Held) and held.done and not held.lapsed:
             raise DriverError(f"{verb} {message.id}: already settled", retriable=False)
-        if held.lapsed or now_ms() >= message.lease.deadline_ms:
-            raise LeaseLost(f"{verb} {message.id} on {message.queue}: the lease ended; the "
-                            "delivery went back to the queue")
-        if held.batch.channel.is_closed:
-            held.lapsed = True
+        if isinstance(held, _Held) and (held.lapsed or held.batch.channel.is_closed):
+            message.lease.lost = True  # our lease timer returned it, or its channel closed
             self._finish(held)
-            raise LeaseLost(f"{verb} {message.id} on {message.queue}: its channel closed "
-                            "(connection lost or consumer_timeout); RabbitMQ requeued it")
-        return held
+        return live_token(message, _Held, verb)
 
     def _finish(self, held: _Held) -> None:
         if held.timer is not None:
@@ -453,26 +452,18 @@ class RabbitMQDriver:
             await channel.close()
 
     async def _settle_call(self, doing: str, call: Any) -> Any:
-        try:
+        with map_errors(map_error, doing, settling=True):
             return await call
-        except DriverError:
-            raise
-        except Exception as exc:
-            raise rabbit_error(exc, doing) from None
 
     # -- publishing and optional abilities -------------------------------------------------
 
     async def _publish(self, exchange: str, routing_key: str, message: aio_pika.Message) -> None:
-        try:
+        with map_errors(map_error, f"publish to {exchange or routing_key}"):
             channel = await self._publishing_channel()
             target = (channel.default_exchange if exchange == ""
                       else await channel.get_exchange(exchange, ensure=False))
             await target.publish(message, routing_key=routing_key, mandatory=True,
                                  timeout=self.options.call_timeout_s)
-        except DriverError:
-            raise
-        except Exception as exc:
-            raise rabbit_error(exc, f"publish to {exchange or routing_key}") from None
 
     async def _publishing_channel(self) -> AbstractChannel:
         connection = await self._link()
@@ -502,25 +493,21 @@ class RabbitMQDriver:
         if self._layout.native_queue is not None and queue in self.context.queues[1:]:
             return QueueDepth(visible=None, in_flight=None)
         connection = await self._link()
-        try:
+        with map_errors(map_error, f"depth of {queue}"):
             channel = await connection.channel(publisher_confirms=False)
             try:
                 declared = await channel.declare_queue(self._layout.physical(queue),
                                                        passive=True)
             finally:
                 await self._close_quietly(channel)
-        except Exception as exc:
-            raise rabbit_error(exc, f"depth of {queue}") from None
         result = declared.declaration_result
         return QueueDepth(visible=result.message_count, in_flight=None)
 
     async def ping(self) -> None:
         connection = await self._link()
-        try:
+        with map_errors(map_error, "ping"):
             channel = await asyncio.wait_for(connection.channel(publisher_confirms=False), 5)
             await channel.close()
-        except Exception as exc:
-            raise rabbit_error(exc, "ping") from None
 
     # -- plumbing --------------------------------------------------------------------------
 

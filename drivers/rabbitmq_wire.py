@@ -28,14 +28,12 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage
 
-from priority_pubsub.errors import DriverError, DriverUnavailable
+from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost
 from priority_pubsub.message import now_ms
 
 ATTEMPT_HEADER = "x-priority-pubsub-attempt"
 ENQUEUED_HEADER = "x-priority-pubsub-enqueued-ms"
 RENEWAL_HEADER = "x-priority-pubsub-renewal"
-DEAD_LETTER_REASON = "dead_letter_reason"
-DEAD_LETTER_SOURCE = "dead_letter_source"
 DELIVERY_COUNT_HEADER = "x-delivery-count"
 _BROKER_HEADER_PREFIXES = ("x-death", "x-first-death-", "x-last-death-", DELIVERY_COUNT_HEADER)
 _OWN_HEADERS = frozenset({ATTEMPT_HEADER, ENQUEUED_HEADER, RENEWAL_HEADER})
@@ -183,20 +181,25 @@ def new_message(body: bytes, attributes: Mapping[str, str] | None, content_type:
     )
 
 
-def rabbit_error(exc: BaseException, doing: str) -> DriverError:
+def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverError:
     """The one mapping of AMQP client errors to the core's errors: whether retrying can help.
 
     Refusals (a missing queue or exchange, access refused, inequivalent arguments, a bad
-    login) are terminal; a lost connection or channel, a timeout or a refused connect are
-    ``DriverUnavailable``: the same call can work after a reconnect.
+    login, an unroutable publish) are terminal; a lost connection or channel, a timeout or a
+    refused connect are ``DriverUnavailable``: the same call can work after a reconnect. A
+    settle whose channel is gone is ``LeaseLost``: RabbitMQ requeued the delivery with it.
     """
-    detail = f"rabbitmq {doing}: {type(exc).__name__}: {exc}"
+    detail = f"rabbitmq {action}: {type(exc).__name__}: {exc}"
     terminal = (aiormq.exceptions.ChannelNotFoundEntity, aiormq.exceptions.ChannelAccessRefused,
                 aiormq.exceptions.ChannelPreconditionFailed,
                 aiormq.exceptions.ProbableAuthenticationError,
                 aiormq.exceptions.AuthenticationError, aiormq.exceptions.PublishError)
     if isinstance(exc, terminal):
         return DriverError(detail, retriable=False)
+    lost_channel = (aiormq.exceptions.ChannelClosed, aiormq.exceptions.ChannelInvalidStateError,
+                    aiormq.exceptions.AMQPConnectionError)
+    if settling and isinstance(exc, lost_channel):
+        return LeaseLost(f"{detail}; RabbitMQ requeued the delivery with its channel")
     if isinstance(exc, aiormq.exceptions.AMQPError | ConnectionError | OSError | TimeoutError
                   | asyncio.TimeoutError | RuntimeError):
         return DriverUnavailable(detail)

@@ -15,11 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from priority_pubsub.drivers.rabbitmq_wire import (
-    ATTEMPT_HEADER,
-    DEAD_LETTER_REASON,
-    DEAD_LETTER_SOURCE,
-)
+from priority_pubsub.drivers.base import DEAD_LETTER_REASON, DEAD_LETTER_SOURCE
+from priority_pubsub.drivers.rabbitmq_wire import ATTEMPT_HEADER
 from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
 from tests.support.app import RecordingApp, Reply
 from tests.support.rabbitmq_admin import SyncRabbit
