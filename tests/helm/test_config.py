@@ -41,6 +41,7 @@ SAMPLE_SECRETS = {
         "SharedAccessKey=c2FtcGxlLWtleQ=="
     ),
     "PRIORITY_PUBSUB_APP__API_TOKEN": "sample-token-4f9c",
+    "PRIORITY_PUBSUB_DRIVER__URL": "amqp://big-server:s3cret-4f9c@rabbitmq:5672/",
 }
 EXAMPLES_BY_NAME = {p.name.removesuffix("-values.yaml"): p for p in EXAMPLES}
 DEPLOYMENT_EXAMPLES = [
@@ -139,6 +140,8 @@ def test_rendered_config_is_accepted(
         options = settings.driver.options()
         expected = SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING"]
         assert options["connection_string"] == expected
+    if "PRIORITY_PUBSUB_DRIVER__URL" in names:
+        assert settings.driver.options()["url"] == SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__URL"]
 
 
 def test_default_values_config_is_accepted(
