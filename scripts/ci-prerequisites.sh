@@ -21,4 +21,23 @@ if ! command -v chromium >/dev/null; then
     missing "chromium is needed for the report screenshot test (apt-get install chromium)"
   fi
 fi
+# RabbitMQ on 127.0.0.1:5672 (guest/guest) for the rabbitmq driver tests; the tests that
+# restart a broker or shorten consumer_timeout start their own rabbitmq-server from the same
+# package on free ports.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+ensure_rabbitmq() {
+  port_open 5672 && return 0
+  if ! command -v rabbitmq-server >/dev/null && [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null) \
+        || { missing "could not install rabbitmq-server"; return 0; }
+    else
+      missing "rabbitmq-server is needed (apt-get install rabbitmq-server)"; return 0
+    fi
+  fi
+  service rabbitmq-server start >/dev/null 2>&1 || rabbitmq-server -detached >/dev/null 2>&1
+  for _ in $(seq 1 60); do port_open 5672 && return 0; sleep 1; done
+  missing "rabbitmq-server did not start on 127.0.0.1:5672"
+}
+ensure_rabbitmq
 exit 0

@@ -11,7 +11,6 @@ A missing server or binary skips locally (with the reason) and fails when ``CI=t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -42,7 +41,7 @@ def _reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:
     return False
 
 
-def _server_binary() -> str | None:
+def server_binary() -> str | None:
     for candidate in _SERVER_CANDIDATES:
         found = shutil.which(candidate)
         if found:
@@ -104,7 +103,7 @@ class PrivateRabbit:
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
-        while not asyncio.run(_amqp_answers(self.url)):
+        while not _amqp_answers(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 tail = (self.directory / "server.out").read_text(errors="replace")[-2000:]
@@ -126,20 +125,21 @@ class PrivateRabbit:
         self.process = None
 
 
-async def _amqp_answers(url: str) -> bool:
-    import aio_pika
-
+def _amqp_answers(port: int) -> bool:
+    """The node accepts AMQP: it answers the protocol header with a method frame
+    (Connection.Start). Plain sockets, so a running event loop is no obstacle."""
     try:
-        connection = await asyncio.wait_for(aio_pika.connect(url), 3)
-    except Exception:
+        with socket.create_connection(("127.0.0.1", port), 1) as sock:
+            sock.settimeout(2)
+            sock.sendall(b"AMQP\x00\x00\x09\x01")
+            return sock.recv(1) == b"\x01"
+    except OSError:
         return False
-    await connection.close()
-    return True
 
 
 @contextlib.contextmanager
 def private_rabbit(consumer_timeout_ms: int = 3000) -> Iterator[PrivateRabbit]:
-    binary = _server_binary()
+    binary = server_binary()
     if binary is None:
         skip_or_fail("rabbitmq-server is not installed (apt-get install rabbitmq-server)")
         raise AssertionError("unreachable")
