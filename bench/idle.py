@@ -98,6 +98,19 @@ async def pickup_times(app: AppProcess, publish: Any, trials: int) -> list[float
     return times
 
 
+def summary(elapsed: float, receives: float, pickups: list[float],
+            **cpu_percent: float) -> dict[str, Any]:
+    """One driver's idle result: calls per minute per queue, CPU, pickup times."""
+    return {
+        "window_s": round(elapsed, 1),
+        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
+        **{key: rounded(value, 3) for key, value in cpu_percent.items()},
+        "pickup_s": [rounded(p, 3) for p in pickups],
+        "pickup_median_s": rounded(median(pickups), 3),
+        "pickup_max_s": rounded(max(pickups) if pickups else None, 3),
+    }
+
+
 async def local_idle(args: argparse.Namespace) -> dict[str, Any]:
     with temp_dir("idle") as directory, AppProcess(record=True) as app:
         config = raw_config(directory, {"type": "local", "path": str(directory / "q.db")},
@@ -170,14 +183,7 @@ async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
             await running
         finally:
             await broker.close()
-    return {
-        "window_s": round(elapsed, 1),
-        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
-        "process_cpu_percent_in_process": rounded(cpu_pct, 3),
-        "pickup_s": [rounded(p, 3) for p in pickups],
-        "pickup_median_s": rounded(median(pickups), 3),
-        "pickup_max_s": rounded(max(pickups) if pickups else None, 3),
-    }
+    return summary(elapsed, receives, pickups, process_cpu_percent_in_process=cpu_pct)
 
 
 async def rabbit_idle(args: argparse.Namespace) -> dict[str, Any]:
@@ -214,14 +220,7 @@ async def rabbit_idle(args: argparse.Namespace) -> dict[str, Any]:
                 sidecar.stop()
         finally:
             await broker.close()
-    return {
-        "window_s": round(elapsed, 1),
-        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
-        "idle_cpu_percent": rounded(cpu_pct, 3),
-        "pickup_s": [rounded(p, 3) for p in pickups],
-        "pickup_median_s": rounded(median(pickups), 3),
-        "pickup_max_s": rounded(max(pickups) if pickups else None, 3),
-    }
+    return summary(elapsed, receives, pickups, idle_cpu_percent=cpu_pct)
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
