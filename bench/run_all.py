@@ -44,6 +44,9 @@ def plan(big: bool, cloud: bool) -> list[tuple[str, list[str]]]:
         ("priority", ["--high", "300" if big else "150", "--rounds", rounds]),
         ("idle", ["--window-s", "60" if big else "30", *_idle_drivers(big, cloud)]),
         ("footprint", ["--messages", "10000" if big else "5000"]),
+        ("journal", ["--messages", "3000" if big else "1500", "--rounds", "3"]),
+        ("publish_api", ["--messages", "4000" if big else "2000", "--concurrency", "16",
+                         "--rounds", rounds if big else "3"]),
     ]
     return runs
 

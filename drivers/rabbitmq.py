@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Literal
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
@@ -55,6 +55,8 @@ from priority_pubsub.drivers.base import (
     DriverContext,
     DriverOptions,
     QueueDepth,
+    check_options,
+    deployment,
     live_token,
     map_errors,
     own_options,
@@ -67,9 +69,10 @@ from priority_pubsub.drivers.rabbitmq_wire import (
     new_message,
     read_delivery,
 )
-from priority_pubsub.errors import ConfigError, DriverError, LeaseLost
+from priority_pubsub.errors import DriverError, LeaseLost
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Lease, Message, now_ms
+from priority_pubsub.redaction import CredentialUrl, SecretUrl
 
 log = get_logger(__name__)
 RENEW_FRACTION = 0.5
@@ -80,9 +83,9 @@ STRAY_LIMIT = 20
 class RabbitOptions(DriverOptions):
     """Keys under ``driver:`` for ``type: rabbitmq``."""
 
-    url: SecretStr = SecretStr("amqp://guest:guest@127.0.0.1:5672/")
+    url: CredentialUrl = SecretUrl("amqp://guest:guest@127.0.0.1:5672/")
     """``amqp://user:password@host:port/vhost`` (``amqps://`` for TLS; ``?heartbeat=30``...).
-    A secret: masked in every printout; ``PRIORITY_PUBSUB_DRIVER__URL`` overrides it."""
+    A secret: printed with the password masked; ``PRIORITY_PUBSUB_DRIVER__URL`` overrides it."""
     layout: Literal["queues", "dapr"] = "queues"
     consumer_id: str | None = Field(default=None, min_length=1)
     """Dapr layout: the app id (Dapr's ``consumerID``); queues are ``{consumer_id}-{topic}``."""
@@ -92,17 +95,28 @@ class RabbitOptions(DriverOptions):
     """Native mode: the queue (or Dapr topic) holding every priority; default the first name."""
     queue_type: Literal["classic", "quorum"] = "classic"
     durable: bool = True
+    """Queues and exchanges the driver declares survive a broker restart."""
+    delivery_mode: Literal["persistent", "transient"] = "persistent"
+    """How ``publish`` sends new messages (Dapr's ``deliveryMode``: 2 persistent, else
+    transient); copies (retries, dead letters) keep the mode of the message they copy."""
     consumer_timeout_s: float = Field(default=1800, gt=0)
     """The server's ``consumer_timeout``: deliveries older than half of it are renewed."""
     connect_timeout_s: float = Field(default=10, gt=0)
     call_timeout_s: float = Field(default=30, gt=0)
 
     @model_validator(mode="after")
-    def _dapr_needs_consumer_id(self) -> RabbitOptions:
+    def _fits_the_deployment(self, info: ValidationInfo) -> RabbitOptions:
         if self.layout == "dapr" and not self.consumer_id:
             raise ValueError("consumer_id: required with layout: dapr (Dapr's consumerID)")
         if self.native_queue is not None and not self.native_priority:
             raise ValueError("native_queue: only with native_priority: true")
+        context = deployment(info)
+        renew_after_s = self.consumer_timeout_s * RENEW_FRACTION
+        if context is not None and context.lease_duration_s / 3 >= renew_after_s:
+            raise ValueError(
+                f"lease.duration_s: with driver.consumer_timeout_s {self.consumer_timeout_s:g}"
+                f" the lease keeper must extend (every duration/3) within "
+                f"{renew_after_s:g} s; use a lease below {3 * renew_after_s:g} s")
         return self
 
 
@@ -142,18 +156,13 @@ class RabbitMQDriver:
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
         options = own_options(options, RabbitOptions)
-        renew_after_s = options.consumer_timeout_s * RENEW_FRACTION
-        if context.lease_duration_s / 3 >= renew_after_s:
-            raise ConfigError(
-                f"lease.duration_s: with driver.consumer_timeout_s {options.consumer_timeout_s:g}"
-                f" the lease keeper must extend (every duration/3) within "
-                f"{renew_after_s:g} s; use a lease below {3 * renew_after_s:g} s")
+        check_options(options, context)  # load_config did; a driver built directly too
         self.options = options
         self.context = context
         native = (options.native_queue or context.queues[0]) if options.native_priority else None
         self._layout = Layout(context.queues, options.layout, options.consumer_id, native,
                               options.queue_type, options.durable)
-        self._renew_after_s = renew_after_s
+        self._renew_after_s = options.consumer_timeout_s * RENEW_FRACTION
         self._instance = uuid.uuid4().hex[:8]
         self._connection: AbstractConnection | None = None
         self._publisher: AbstractChannel | None = None
@@ -484,7 +493,8 @@ class RabbitMQDriver:
         exchange, routing_key = self._layout.publish_target(queue)
         priority = self._layout.native_priority_of(queue)
         await self._publish(exchange, routing_key,
-                            new_message(body, attributes, content_type, message_id, priority))
+                            new_message(body, attributes, content_type, message_id, priority,
+                                        persistent=self.options.delivery_mode == "persistent"))
         return message_id
 
     async def depth(self, queue: str) -> QueueDepth:

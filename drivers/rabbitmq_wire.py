@@ -170,12 +170,16 @@ def _enqueued_ms(incoming: AbstractIncomingMessage) -> int:
 
 
 def new_message(body: bytes, attributes: Mapping[str, str] | None, content_type: str | None,
-                message_id: str, priority: int | None = None) -> aio_pika.Message:
-    """A message as ``publish`` sends it: persistent, with an id and its enqueue time."""
+                message_id: str, priority: int | None = None, *,
+                persistent: bool = True) -> aio_pika.Message:
+    """A message as ``publish`` sends it: persistent unless told, with an id and its enqueue
+    time."""
     published_ms = now_ms()
     return aio_pika.Message(
         body, headers={**(attributes or {}), ENQUEUED_HEADER: published_ms},
-        content_type=content_type, delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        content_type=content_type,
+        delivery_mode=(aio_pika.DeliveryMode.PERSISTENT if persistent
+                       else aio_pika.DeliveryMode.NOT_PERSISTENT),
         message_id=message_id, priority=priority,
         timestamp=dt.datetime.fromtimestamp(published_ms / 1000, dt.UTC),
     )

@@ -20,6 +20,7 @@ from priority_pubsub.drivers.base import (
     Driver,
     Pinger,
     Publisher,
+    StoreProbe,
 )
 from priority_pubsub.errors import ConfigError, DriverError
 from priority_pubsub.plugins import build_driver
@@ -28,8 +29,14 @@ STATS_VERSION = 1
 
 
 @contextlib.asynccontextmanager
-async def open_driver(settings: Settings, start_timeout_s: float = 15.0) -> AsyncIterator[Driver]:
+async def open_driver(
+    settings: Settings, start_timeout_s: float = 15.0, *, existing: bool = False
+) -> AsyncIterator[Driver]:
+    """The configured driver, started; ``existing``: refuse to create an absent store (an
+    inspecting command must not report on a fresh empty file it just made)."""
     driver = build_driver(settings)
+    if existing and isinstance(driver, StoreProbe) and (missing := driver.missing_store()):
+        raise DriverError(missing)
     try:
         await asyncio.wait_for(driver.start(), start_timeout_s)
     except TimeoutError:
@@ -54,10 +61,17 @@ async def check_reachability(settings: Settings) -> list[str]:
                 await driver.ping()
     except DriverError as exc:
         problems.append(f"driver {settings.driver.type}: {exc}")
+    if settings.app.is_grpc:
+        from priority_pubsub.app_channel.grpc import app_callback_health
+
+        problem = await app_callback_health(settings.app.url.get_secret_value(), 5)
+        if problem is not None:
+            problems.append(f"app {settings.app.url}: {problem}")
+        return problems
     try:
         timeout = aiohttp.ClientTimeout(total=5)
         async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.options(settings.app.url) as response:
+                session.options(settings.app.url.get_secret_value()) as response:
             await response.read()  # any HTTP answer means the app is listening
     except (aiohttp.ClientError, TimeoutError) as exc:
         problems.append(f"app {settings.app.url}: unreachable ({type(exc).__name__}: {exc})")
@@ -73,26 +87,41 @@ async def publish_messages(
     content_type: str | None,
     via_sns: str | None = None,
 ) -> list[str]:
+    from priority_pubsub.transforms.base import Payload, TransformChain
+
+    chain = TransformChain.from_config(settings.transforms)
+
+    async def prepared() -> Payload:  # each message its own (e.g. its own offloaded object)
+        return await chain.before_publish(Payload(body, dict(attributes), content_type))
+
+    ids: list[str] = []
     async with open_driver(settings) as driver:
         if via_sns is not None:
             publish_sns = getattr(driver, "publish_via_sns", None)
             if publish_sns is None:
                 raise ConfigError(f"--via-sns needs the sqs driver, not {settings.driver.type}")
-            return [await publish_sns(via_sns, body, dict(attributes)) for _ in range(count)]
+            for _ in range(count):
+                payload = await prepared()
+                ids.append(await publish_sns(via_sns, payload.body, payload.attributes))
+            return ids
         if not isinstance(driver, Publisher):
             raise ConfigError(f"driver {settings.driver.type} cannot publish")
-        ids: list[str] = []
+        sender: Publisher = driver
+
+        async def one() -> str:
+            payload = await prepared()
+            return await sender.publish(queue, payload.body, payload.attributes,
+                                        payload.content_type)
+
         for start in range(0, count, 100):  # concurrent in chunks: batched by the driver
             chunk = min(100, count - start)
-            ids += await asyncio.gather(*(
-                driver.publish(queue, body, attributes, content_type) for _ in range(chunk)
-            ))
+            ids += await asyncio.gather(*(one() for _ in range(chunk)))
         return ids
 
 
 async def collect_stats(settings: Settings) -> dict[str, Any]:
     """The ``stats --json`` document (version 1, documented in the README)."""
-    async with open_driver(settings) as driver:
+    async with open_driver(settings, existing=True) as driver:
         queues = [
             {"name": name, "priority": priority, **await _depth(driver, name)}
             for priority, name in enumerate(settings.queue_names)
@@ -140,7 +169,7 @@ async def requeue_messages(
     An interruption between the two leaves the message in both queues, never in neither.
     """
     moved = 0
-    async with open_driver(settings) as driver:
+    async with open_driver(settings, existing=True) as driver:
         if not isinstance(driver, Publisher):
             raise ConfigError(f"driver {settings.driver.type} cannot publish")
         while limit is None or moved < limit:

@@ -32,9 +32,6 @@ TopicPublisher = Callable[[str, bytes], None]
 class DeadLetterTopics:
     name: ClassVar[str] = "dapr-dead-letter-topics"
     options_model: ClassVar[type[DriverOptions]] = DriverOptions
-    releases_count_as_attempts: ClassVar[bool] = True
-    """Unknown for the wrapped driver at class level: the cautious answer (the worker then
-    delivers a message whose count passed the limit once more instead of dead-lettering it)."""
 
     def __init__(self, driver: Driver, delivery: DaprDelivery,
                  publish: TopicPublisher | None) -> None:
@@ -60,6 +57,13 @@ class DeadLetterTopics:
 
     async def retry(self, message: Message, delay_s: float) -> None:
         await self._driver.retry(message, delay_s)
+
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
+        await self._driver.release(message, delay_s)
+
+    @property
+    def releases_count_as_attempts(self) -> bool:
+        return self._driver.releases_count_as_attempts
 
     async def extend(self, message: Message, duration_s: float) -> None:
         await self._driver.extend(message, duration_s)

@@ -22,9 +22,16 @@ from priority_pubsub.drivers.base import (
 from priority_pubsub.drivers.rabbitmq import RabbitMQDriver, RabbitOptions
 from priority_pubsub.drivers.rabbitmq_wire import ATTEMPT_HEADER
 from priority_pubsub.errors import ConfigError, DriverError, DriverUnavailable, LeaseLost
-from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
+from tests.drivers.conformance import (
+    DeadLetter,
+    DriverConformance,
+    DriverHarness,
+    LateBroker,
+    receive_all,
+)
 from tests.support.rabbitmq_admin import RabbitAdmin
 from tests.support.rabbitmq_server import PrivateRabbit
+from tests.support.tcp_proxy import tcp_proxy
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -65,6 +72,30 @@ async def topology(rabbitmq_url: str) -> AsyncIterator[Topology]:
     for driver in topo.made:
         await driver.close()
     await topo.admin.close()
+
+
+@pytest.fixture
+async def late_broker(rabbitmq_url: str) -> AsyncIterator[LateBroker]:
+    """The shared server behind a TCP proxy that refuses every connection until ``bring_up``
+    (the machine's RabbitMQ is never stopped)."""
+    admin = RabbitAdmin(rabbitmq_url)
+    queue = admin.name("late")
+    with tcp_proxy("127.0.0.1", 5672) as proxy:
+        proxy.cut()
+        url = rabbitmq_url.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}")
+
+        def make_driver() -> RabbitMQDriver:
+            context = DriverContext(queues=(queue,), lease_duration_s=30)
+            return RabbitMQDriver(RabbitOptions(url=url, connect_timeout_s=1), context)
+
+        async def bring_up() -> None:
+            proxy.restore()
+
+        async def publish(body: bytes) -> None:
+            await admin.publish(queue, body)
+
+        yield LateBroker(queue, make_driver, bring_up, publish)
+    await admin.close()
 
 
 @pytest.fixture

@@ -135,13 +135,14 @@ def test_rendered_config_is_accepted(
     if "PRIORITY_PUBSUB_APP__API_TOKEN" in names:
         token = settings.app.api_token.get_secret_value()
         assert token == SAMPLE_SECRETS["PRIORITY_PUBSUB_APP__API_TOKEN"]
-        assert settings.app.url == values["config"]["app"]["url"]
+        assert settings.app.url.get_secret_value() == values["config"]["app"]["url"]
     if "PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING" in names:
-        options = settings.driver.options()
+        secret = settings.driver.options()["connection_string"]  # validated: a SecretStr
         expected = SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING"]
-        assert options["connection_string"] == expected
+        assert secret.get_secret_value() == expected
     if "PRIORITY_PUBSUB_DRIVER__URL" in names:
-        assert settings.driver.options()["url"] == SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__URL"]
+        url = settings.driver.options()["url"]  # validated: a SecretUrl
+        assert url.get_secret_value() == SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__URL"]
 
 
 def test_default_values_config_is_accepted(
@@ -150,7 +151,7 @@ def test_default_values_config_is_accepted(
     docs = helm.render(sets=["app.image.repository=registry.example.com/app"])
     pod = find(docs, "Deployment")[0]["spec"]["template"]["spec"]
     settings = load_as_sidecar(docs, sidecar_container(pod), tmp_path, monkeypatch)
-    assert settings.driver.options()["path"] == "/data/queues.db"
+    assert str(settings.driver.options()["path"]) == "/data/queues.db"
     assert settings.journal is not None
     assert str(settings.journal.path) == "/data/journal"
 

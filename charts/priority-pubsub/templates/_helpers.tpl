@@ -121,6 +121,21 @@ tasks, plus a margin to return what is left to the queues.
 {{- end }}
 {{- end }}
 
+{{/* daprd's publish API ports when config.publish_api is set (3500 / 50001 by default, as
+the SDKs expect); grpc_port: null serves HTTP only. */}}
+{{- define "priority-pubsub.publishApiPorts" -}}
+{{- with .Values.config.publish_api }}
+- name: dapr-http
+  containerPort: {{ int (default 3500 .http_port) }}
+  protocol: TCP
+{{- if or (not (hasKey . "grpc_port")) .grpc_port }}
+- name: dapr-grpc
+  containerPort: {{ int (default 50001 .grpc_port) }}
+  protocol: TCP
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "priority-pubsub.metricsPort" -}}
 {{- $server := default dict .Values.config.server }}
 {{- int (default 9464 $server.port) }}
@@ -133,4 +148,31 @@ tasks, plus a margin to return what is left to the queues.
 {{- else }}
 {{- toJson (list (first .Values.config.queues).name) }}
 {{- end }}
+{{- end }}
+
+{{/*
+PromQL label matchers selecting this release's sidecars in the alert rules:
+metrics.prometheusRule.selector, else the job and namespace the chart's ServiceMonitor gives
+them (job = the metrics Service's name).
+*/}}
+{{- define "priority-pubsub.ruleSelector" -}}
+{{- if .Values.metrics.prometheusRule.selector }}
+{{- .Values.metrics.prometheusRule.selector }}
+{{- else }}
+{{- printf "job=%q, namespace=%q" (include "priority-pubsub.metricsServiceName" .) .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/* The high-priority queues as a quoted PromQL regex: highPriorityWait.queues, else the
+first queue of config.queues. */}}
+{{- define "priority-pubsub.ruleQueues" -}}
+{{- $queues := .Values.metrics.prometheusRule.highPriorityWait.queues }}
+{{- if not $queues }}{{ $queues = list (first .Values.config.queues).name }}{{ end }}
+{{- $quoted := list }}
+{{- range $queues }}{{ $quoted = append $quoted (regexQuoteMeta .) }}{{ end }}
+{{- join "|" $quoted | quote }}
+{{- end }}
+
+{{- define "priority-pubsub.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "priority-pubsub.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
