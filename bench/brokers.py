@@ -1,4 +1,6 @@
-"""The brokers a benchmark can run against: local SQLite, SQS on ministack, Pub/Sub emulator.
+"""The brokers a benchmark can run against: local SQLite, SQS on ministack, Pub/Sub emulator,
+RabbitMQ (a private ``rabbitmq-server``, so other users of the machine's server neither slow
+the numbers nor see the queues).
 
 Each gives the ``driver:`` config for the sidecar, creates queues (the driver never does) and
 preloads messages through the fastest path it has, so preloading stays out of the timings.
@@ -203,9 +205,59 @@ class GcpBroker:
         self._log.close()
 
 
+class RabbitBroker:
+    """A private ``rabbitmq-server`` on free ports (the test suite's launcher)."""
+
+    name = "rabbitmq"
+
+    @staticmethod
+    def available() -> bool:
+        from tests.support.rabbitmq_server import server_binary
+
+        return server_binary() is not None
+
+    def __init__(self, directory: Path) -> None:
+        from tests.support.rabbitmq_server import PrivateRabbit, server_binary
+
+        binary = server_binary()
+        if binary is None:
+            raise RuntimeError("rabbitmq-server is not installed")
+        (directory / "rabbitmq").mkdir()
+        self.server = PrivateRabbit(directory / "rabbitmq", consumer_timeout_ms=1_800_000)
+        self.server.start(binary)
+
+    def driver_config(self) -> dict[str, Any]:
+        return {"type": "rabbitmq", "url": self.server.url}
+
+    async def create(self, queues: Sequence[str]) -> None:
+        import aio_pika
+
+        connection = await aio_pika.connect(self.server.url)
+        async with connection:
+            channel = await connection.channel()
+            for queue in queues:
+                await channel.declare_queue(queue, durable=True)
+
+    async def preload(self, queue: str, count: int,
+                      body: Callable[[int], bytes] = sample_body) -> None:
+        import aio_pika
+
+        connection = await aio_pika.connect(self.server.url)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=True)
+            for start in range(0, count, 500):
+                await asyncio.gather(*(channel.default_exchange.publish(
+                    aio_pika.Message(body(i), delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                    routing_key=queue) for i in range(start, min(count, start + 500))))
+
+    async def close(self) -> None:
+        self.server.stop()
+
+
 def open_broker(name: str, directory: Path) -> Broker:
     brokers: dict[str, Callable[[Path], Broker]] = {
         "local": LocalBroker, "sqs": SqsBroker, "gcp_pubsub": GcpBroker,
+        "rabbitmq": RabbitBroker,
     }
     return brokers[name](directory)
 
