@@ -11,12 +11,17 @@ sqs (``--driver sqs``, ministack): an in-process sidecar with three empty queues
 ReceiveMessage is counted by a botocore ``before-call`` hook on the driver's client; pickup is
 timed from SendMessage (by this process) to the app.
 
-outage (``--outage-s 60``, both drivers): an in-process sidecar (concurrency 4, three
+rabbitmq (``--driver rabbitmq``, a private rabbitmq-server): the CLI sidecar with three empty
+queues, as for local; an idle wait is one consumer per queue per 20 s (basic.get, qos,
+consume, cancel on a fresh channel), counted from ``priority_pubsub_receive_calls_total``.
+
+outage (``--outage-s 60``, every driver): an in-process sidecar (concurrency 4, three
 queues) whose app process stops while 20 messages wait on the high queue; every
 ``driver.receive`` call per queue is counted over the outage, with the messages handed back
 (the app never saw them), and the time from the app's return to the last delivery.
 
-    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60] [--outage-s 60]
+    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60] [--driver rabbitmq]
+        [--outage-s 60]
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 
 import uvloop
 
-from bench.brokers import Broker, LocalBroker, SqsBroker
+from bench.brokers import Broker, LocalBroker, RabbitBroker, SqsBroker
 from bench.common import (
     AppProcess,
     CliSidecar,
@@ -45,7 +50,7 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from priority_pubsub.drivers.base import DriverContext
+from priority_pubsub.drivers.base import DriverContext, Publisher
 from priority_pubsub.drivers.local import LocalDriver, LocalOptions
 from priority_pubsub.plugins import build_driver
 from priority_pubsub.sidecar import Sidecar
@@ -98,6 +103,19 @@ async def pickup_times(app: AppProcess, publish: Any, trials: int) -> list[float
                 break
             await asyncio.sleep(0.01)
     return times
+
+
+def summary(elapsed: float, receives: float, pickups: list[float],
+            **cpu_percent: float) -> dict[str, Any]:
+    """One driver's idle result: calls per minute per queue, CPU, pickup times."""
+    return {
+        "window_s": round(elapsed, 1),
+        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
+        **{key: rounded(value, 3) for key, value in cpu_percent.items()},
+        "pickup_s": [rounded(p, 3) for p in pickups],
+        "pickup_median_s": rounded(median(pickups), 3),
+        "pickup_max_s": rounded(max(pickups) if pickups else None, 3),
+    }
 
 
 async def local_idle(args: argparse.Namespace) -> dict[str, Any]:
@@ -172,14 +190,44 @@ async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
             await running
         finally:
             await broker.close()
-    return {
-        "window_s": round(elapsed, 1),
-        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
-        "process_cpu_percent_in_process": rounded(cpu_pct, 3),
-        "pickup_s": [rounded(p, 3) for p in pickups],
-        "pickup_median_s": rounded(median(pickups), 3),
-        "pickup_max_s": rounded(max(pickups) if pickups else None, 3),
-    }
+    return summary(elapsed, receives, pickups, process_cpu_percent_in_process=cpu_pct)
+
+
+async def rabbit_idle(args: argparse.Namespace) -> dict[str, Any]:
+    with temp_dir("idle-rabbit") as directory, AppProcess(record=True) as app:
+        broker = RabbitBroker(directory)
+        try:
+            await broker.create(QUEUES)
+            config = raw_config(directory, broker.driver_config(), QUEUES, app_url=app.url,
+                                concurrency=4)
+            sidecar = CliSidecar(directory, config)
+            try:
+                sidecar.wait_ready()
+                await asyncio.sleep(2)
+                calls = sidecar.metric_sum("priority_pubsub_receive_calls_total")
+                cpu, started = proc_cpu_s(sidecar.pid), time.monotonic()
+                await asyncio.sleep(args.window_s)
+                elapsed = time.monotonic() - started
+                cpu_pct = (proc_cpu_s(sidecar.pid) - cpu) / elapsed * 100
+                receives = sidecar.metric_sum("priority_pubsub_receive_calls_total") - calls
+                settings = make_settings(directory, broker.driver_config(), ["high"],
+                                         app_url=app.url, concurrency=1)
+                publisher = build_driver(settings)
+                await publisher.start()
+                try:
+                    assert isinstance(publisher, Publisher)
+
+                    async def publish(i: int) -> str:
+                        return await publisher.publish("high", sample_body(i))
+
+                    pickups = await pickup_times(app, publish, args.trials)
+                finally:
+                    await publisher.close()
+            finally:
+                sidecar.stop()
+        finally:
+            await broker.close()
+    return summary(elapsed, receives, pickups, idle_cpu_percent=cpu_pct)
 
 
 OUTAGE_BACKLOG = 20
@@ -197,7 +245,9 @@ async def outage_cost(name: str, outage_s: float) -> dict[str, Any]:
     """Broker receive calls per queue while the app is down for ``outage_s``, a backlog
     waiting; messages handed back; seconds from the app's return to the last delivery."""
     with temp_dir(f"outage-{name}") as directory:
-        broker: Broker = LocalBroker(directory) if name == "local" else SqsBroker(directory)
+        brokers: dict[str, type[Broker]] = {
+            "local": LocalBroker, "sqs": SqsBroker, "rabbitmq": RabbitBroker}
+        broker = brokers[name](directory)
         app = AppProcess()
         try:
             await broker.create(QUEUES)
@@ -243,10 +293,11 @@ async def outage_cost(name: str, outage_s: float) -> dict[str, Any]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    runs = {"local": local_idle, "sqs": sqs_idle, "rabbitmq": rabbit_idle}
     out: dict[str, Any] = {}
     for name in args.driver:
         log(f"idle: {name} ...")
-        out[name] = await (local_idle(args) if name == "local" else sqs_idle(args))
+        out[name] = await runs[name](args)
         if args.outage_s:
             log(f"outage: {name}, {args.outage_s:g} s ...")
             out[name]["outage"] = await outage_cost(name, args.outage_s)
@@ -256,7 +307,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--driver", action="append", choices=["local", "sqs"])
+    parser.add_argument("--driver", action="append", choices=["local", "sqs", "rabbitmq"])
     parser.add_argument("--window-s", type=float, default=30)
     parser.add_argument("--sqs-window-s", type=float, default=60,
                         help="SQS long polls last 20 s: use a multiple of it")

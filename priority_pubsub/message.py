@@ -70,3 +70,6 @@ class Message:
     lease: Lease
     content_type: str | None = None
     received_ms: int = field(default_factory=now_ms)
+    defect: str | None = None
+    """Why the message cannot be delivered as received (a driver found it malformed: a bad
+    header, a missing field). The worker dead-letters it with this reason, never retries it."""

@@ -9,9 +9,9 @@ import pytest
 import structlog
 
 from priority_pubsub.app_health import HealthState, OutageLog, probe_url
-from priority_pubsub.redaction import SecretUrl, mask_url
 from priority_pubsub.backpressure import AimdLimiter, parse_retry_after
 from priority_pubsub.circuit import BreakerState, CircuitBreaker
+from priority_pubsub.redaction import SecretUrl, mask_url
 
 
 class FakeClock:
@@ -158,7 +158,8 @@ def test_a_failed_connect_takes_it_down_at_once_and_a_probe_brings_it_back() -> 
 def test_outage_log_once_then_at_a_slow_interval_with_credentials_masked() -> None:
     clock = FakeClock()
     state = HealthState(threshold=1, clock=clock)
-    outage = OutageLog(SecretUrl("http://user:s3cret@127.0.0.1:8000/tasks"), every_s=30, clock=clock)
+    url = SecretUrl("http://user:s3cret@127.0.0.1:8000/tasks")
+    outage = OutageLog(url, every_s=30, clock=clock)
     with structlog.testing.capture_logs() as logs:
         for _ in range(60):  # a probe every 0.5 s for ~30 s
             outage.down(state)
