@@ -11,7 +11,11 @@ sqs (``--driver sqs``, ministack): an in-process sidecar with three empty queues
 ReceiveMessage is counted by a botocore ``before-call`` hook on the driver's client; pickup is
 timed from SendMessage (by this process) to the app.
 
-    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60]
+rabbitmq (``--driver rabbitmq``, a private rabbitmq-server): the CLI sidecar with three empty
+queues, as for local; an idle wait is one consumer per queue per 20 s (basic.get, qos,
+consume, cancel on a fresh channel), counted from ``priority_pubsub_receive_calls_total``.
+
+    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60] [--driver rabbitmq]
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 
 import uvloop
 
-from bench.brokers import LocalBroker, SqsBroker
+from bench.brokers import LocalBroker, RabbitBroker, SqsBroker
 from bench.common import (
     AppProcess,
     CliSidecar,
@@ -39,7 +43,7 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from priority_pubsub.drivers.base import DriverContext
+from priority_pubsub.drivers.base import DriverContext, Publisher
 from priority_pubsub.drivers.local import LocalDriver, LocalOptions
 from priority_pubsub.plugins import build_driver
 from priority_pubsub.sidecar import Sidecar
@@ -92,6 +96,19 @@ async def pickup_times(app: AppProcess, publish: Any, trials: int) -> list[float
                 break
             await asyncio.sleep(0.01)
     return times
+
+
+def summary(elapsed: float, receives: float, pickups: list[float],
+            **cpu_percent: float) -> dict[str, Any]:
+    """One driver's idle result: calls per minute per queue, CPU, pickup times."""
+    return {
+        "window_s": round(elapsed, 1),
+        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
+        **{key: rounded(value, 3) for key, value in cpu_percent.items()},
+        "pickup_s": [rounded(p, 3) for p in pickups],
+        "pickup_median_s": rounded(median(pickups), 3),
+        "pickup_max_s": rounded(max(pickups) if pickups else None, 3),
+    }
 
 
 async def local_idle(args: argparse.Namespace) -> dict[str, Any]:
@@ -166,28 +183,59 @@ async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
             await running
         finally:
             await broker.close()
-    return {
-        "window_s": round(elapsed, 1),
-        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
-        "process_cpu_percent_in_process": rounded(cpu_pct, 3),
-        "pickup_s": [rounded(p, 3) for p in pickups],
-        "pickup_median_s": rounded(median(pickups), 3),
-        "pickup_max_s": rounded(max(pickups) if pickups else None, 3),
-    }
+    return summary(elapsed, receives, pickups, process_cpu_percent_in_process=cpu_pct)
+
+
+async def rabbit_idle(args: argparse.Namespace) -> dict[str, Any]:
+    with temp_dir("idle-rabbit") as directory, AppProcess(record=True) as app:
+        broker = RabbitBroker(directory)
+        try:
+            await broker.create(QUEUES)
+            config = raw_config(directory, broker.driver_config(), QUEUES, app_url=app.url,
+                                concurrency=4)
+            sidecar = CliSidecar(directory, config)
+            try:
+                sidecar.wait_ready()
+                await asyncio.sleep(2)
+                calls = sidecar.metric_sum("priority_pubsub_receive_calls_total")
+                cpu, started = proc_cpu_s(sidecar.pid), time.monotonic()
+                await asyncio.sleep(args.window_s)
+                elapsed = time.monotonic() - started
+                cpu_pct = (proc_cpu_s(sidecar.pid) - cpu) / elapsed * 100
+                receives = sidecar.metric_sum("priority_pubsub_receive_calls_total") - calls
+                settings = make_settings(directory, broker.driver_config(), ["high"],
+                                         app_url=app.url, concurrency=1)
+                publisher = build_driver(settings)
+                await publisher.start()
+                try:
+                    assert isinstance(publisher, Publisher)
+
+                    async def publish(i: int) -> str:
+                        return await publisher.publish("high", sample_body(i))
+
+                    pickups = await pickup_times(app, publish, args.trials)
+                finally:
+                    await publisher.close()
+            finally:
+                sidecar.stop()
+        finally:
+            await broker.close()
+    return summary(elapsed, receives, pickups, idle_cpu_percent=cpu_pct)
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    runs = {"local": local_idle, "sqs": sqs_idle, "rabbitmq": rabbit_idle}
     out: dict[str, Any] = {}
     for name in args.driver:
         log(f"idle: {name} ...")
-        out[name] = await (local_idle(args) if name == "local" else sqs_idle(args))
+        out[name] = await runs[name](args)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--driver", action="append", choices=["local", "sqs"])
+    parser.add_argument("--driver", action="append", choices=["local", "sqs", "rabbitmq"])
     parser.add_argument("--window-s", type=float, default=30)
     parser.add_argument("--sqs-window-s", type=float, default=60,
                         help="SQS long polls last 20 s: use a multiple of it")

@@ -95,6 +95,8 @@ class Worker:
 
     async def _decide(self, attempt: Attempt) -> Outcome:
         message = attempt.message
+        if message.defect is not None:
+            return Outcome.dead(f"malformed message: {message.defect}")
         refused = admit(message.attempt, self._settings.retry,
                         releases_counted=self._driver.releases_count_as_attempts)
         if refused is not None:

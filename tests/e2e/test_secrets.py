@@ -59,6 +59,11 @@ def _cases() -> dict[str, SecretCase]:
                                   f"SharedAccessKey={sas_key};UseDevelopmentEmulator=true"},
             (sas_key,),
         ),
+        "rabbitmq": SecretCase(
+            {"type": "rabbitmq", "connect_timeout_s": 1},
+            {"url": f"amqp://rabbituser:rabbit-pw-4e2b9a@127.0.0.1:{closed}/"},
+            ("rabbit-pw-4e2b9a",),
+        ),
     }
 
 
@@ -127,7 +132,7 @@ def test_sdk_error_with_credentials_is_masked_in_check(tmp_path: Path) -> None:
     assert "sqs-pw-7c1d0e" not in online.stderr
 
 
-@pytest.mark.parametrize("driver", ["sqs", "azure_servicebus"])
+@pytest.mark.parametrize("driver", ["sqs", "azure_servicebus", "rabbitmq"])
 def test_sidecar_logs_never_show_a_secret(
     tmp_path: Path, app: RecordingApp, driver: str
 ) -> None:

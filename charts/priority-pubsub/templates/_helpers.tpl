@@ -114,8 +114,11 @@ the config at start-up; these are the mistakes that only show in Kubernetes.
 {{- if $driver.connection_string }}
 {{- fail "config.driver.connection_string: keep secrets out of values; set secrets.existingSecret and secrets.connectionStringKey" }}
 {{- end }}
-{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.apiTokenKey) (not .Values.secrets.existingSecret) }}
-{{- fail "secrets.existingSecret is required when secrets.connectionStringKey or secrets.apiTokenKey is set" }}
+{{- if and $driver.url (contains "@" (toString $driver.url)) }}
+{{- fail "config.driver.url: keep credentials out of values; set secrets.existingSecret and secrets.urlKey" }}
+{{- end }}
+{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.urlKey .Values.secrets.apiTokenKey) (not .Values.secrets.existingSecret) }}
+{{- fail "secrets.existingSecret is required when secrets.connectionStringKey, secrets.urlKey or secrets.apiTokenKey is set" }}
 {{- end }}
 {{- end }}
 
