@@ -123,8 +123,15 @@ def sidecar_container(pod_spec: Doc) -> Doc:
     return candidates[0]
 
 
+def config_map(docs: Iterable[Doc]) -> Doc:
+    """The sidecar's config ConfigMap (Dapr mode renders a second one: the resources)."""
+    found = [d for d in find(docs, "ConfigMap") if "config.yaml" in d.get("data", {})]
+    assert len(found) == 1, f"expected one config ConfigMap, got {len(found)}"
+    return found[0]
+
+
 def config_of(docs: Iterable[Doc]) -> dict[str, Any]:
-    configmap = one(docs, "ConfigMap")
+    configmap = config_map(docs)
     loaded: dict[str, Any] = yaml.safe_load(configmap["data"]["config.yaml"])
     assert isinstance(loaded, dict)
     return loaded
