@@ -222,7 +222,10 @@ def _read_with_dynaconf(config_path: Path) -> dict[str, Any]:
 
 # Secrets are text: dynaconf would parse a token of digits ("1234") as an int and "1e5" as a
 # float. Their environment values are taken verbatim instead.
-SECRET_KEYS = (("app", "api_token"), ("driver", "connection_string"))
+SECRET_KEYS = (
+    ("app", "api_token"), ("driver", "connection_string"), ("driver", "url"),
+    ("driver", "password"),
+)
 
 
 def _secrets_verbatim_from_env(settings: dict[str, Any]) -> None:

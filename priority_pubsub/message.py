@@ -46,3 +46,7 @@ class Message:
     lease: Lease
     content_type: str | None = None
     received_ms: int = field(default_factory=now_ms)
+    defect: str | None = None
+    """Set by a driver that could not read the message as the broker's layout says (e.g. a
+    Redis stream entry without ``data``): it is dead-lettered with this reason, never
+    delivered, never retried."""

@@ -83,6 +83,8 @@ class Worker:
 
     async def _decide(self, attempt: Attempt) -> Outcome:
         message = attempt.message
+        if message.defect is not None:
+            return Outcome.dead(f"unreadable message: {message.defect}")
         max_attempts = self._settings.retry.max_attempts
         if message.attempt > max_attempts:
             return Outcome.dead(f"max attempts ({max_attempts}) exceeded before delivery")

@@ -3,4 +3,8 @@
 from __future__ import annotations
 
 # Session fixtures for real servers, shared by driver and end-to-end tests (one each per run).
-pytest_plugins = ["tests.support.pubsub_emulator", "tests.support.moto_server"]
+pytest_plugins = [
+    "tests.support.pubsub_emulator",
+    "tests.support.moto_server",
+    "tests.support.redis_server",
+]
