@@ -87,7 +87,7 @@ def check(
     from priority_pubsub.ops import check_reachability
 
     settings = _settings(config)
-    typer.echo(json.dumps(settings.model_dump(mode="json"), indent=2))
+    typer.echo(json.dumps(settings.printable(), indent=2))
     if offline:
         typer.echo("OK: config valid (offline: driver and app not contacted)", err=True)
         return

@@ -167,6 +167,18 @@ class Settings(_Strict):
     def queue_names(self) -> tuple[str, ...]:
         return tuple(q.name for q in self.queues)
 
+    def printable(self) -> dict[str, Any]:
+        """The config as JSON data with every secret masked, the driver's too: its keys are
+        dumped through the driver's own options model, whose secrets are ``SecretStr``."""
+        from priority_pubsub.plugins import driver_class
+
+        shown = self.model_dump(mode="json")
+        options = driver_class(self.driver.type).options_model.model_validate(
+            self.driver.options()
+        )
+        shown["driver"] = {"type": self.driver.type, **options.model_dump(mode="json")}
+        return shown
+
 
 def resolve_config_path(path: str | Path | None) -> Path:
     """``-c`` wins, then ``PRIORITY_PUBSUB_CONFIG``, then ``./config.yaml``."""
