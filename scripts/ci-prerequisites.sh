@@ -21,4 +21,22 @@ if ! command -v chromium >/dev/null; then
     missing "chromium is needed for the report screenshot test (apt-get install chromium)"
   fi
 fi
+
+# Redis (the redis driver's tests): install the Debian package if the binary is missing, and
+# start a server on 127.0.0.1:6379 if none answers there (tests that restart Redis start
+# their own redis-server on free ports).
+if ! command -v redis-server >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
+      || missing "could not install redis-server (redis driver tests)"
+  else
+    missing "redis-server is needed for the redis driver tests (apt-get install redis-server)"
+  fi
+fi
+if command -v redis-server >/dev/null && ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+  redis-server --port 6379 --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
+    --logfile /tmp/priority-pubsub-ci-redis.log >/dev/null \
+    || missing "could not start redis-server on 127.0.0.1:6379"
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.1; done
+fi
 exit 0

@@ -90,8 +90,14 @@ the config at start-up; these are the mistakes that only show in Kubernetes.
 {{- if $driver.connection_string }}
 {{- fail "config.driver.connection_string: keep secrets out of values; set secrets.existingSecret and secrets.connectionStringKey" }}
 {{- end }}
-{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.apiTokenKey) (not .Values.secrets.existingSecret) }}
-{{- fail "secrets.existingSecret is required when secrets.connectionStringKey or secrets.apiTokenKey is set" }}
+{{- if $driver.password }}
+{{- fail "config.driver.password: keep secrets out of values; set secrets.existingSecret and secrets.passwordKey" }}
+{{- end }}
+{{- if and $driver.url (contains ":" (urlParse (toString $driver.url)).userinfo) }}
+{{- fail "config.driver.url: keep secrets out of values (the URL has a password); set secrets.existingSecret and secrets.passwordKey" }}
+{{- end }}
+{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.apiTokenKey .Values.secrets.passwordKey) (not .Values.secrets.existingSecret) }}
+{{- fail "secrets.existingSecret is required when secrets.connectionStringKey, secrets.passwordKey or secrets.apiTokenKey is set" }}
 {{- end }}
 {{- end }}
 

@@ -44,6 +44,11 @@ roll the pods when the config changes.
       valueFrom:
         secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .connectionStringKey | quote }}}
     {{- end }}
+    {{- if .passwordKey }}
+    - name: PRIORITY_PUBSUB_DRIVER__PASSWORD
+      valueFrom:
+        secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .passwordKey | quote }}}
+    {{- end }}
     {{- if .apiTokenKey }}
     - name: PRIORITY_PUBSUB_APP__API_TOKEN
       valueFrom:
