@@ -11,6 +11,10 @@ sqs (``--driver sqs``, ministack): an in-process sidecar with three empty queues
 ReceiveMessage is counted by a botocore ``before-call`` hook on the driver's client; pickup is
 timed from SendMessage (by this process) to the app.
 
+redis (``--driver redis``, a redis-server of its own): the same, every command counted by the
+server (``INFO commandstats``): the claim scripts (``evalsha``), the blocking waits
+(``xread``) and the readiness pings; pickup is timed from XADD to the app.
+
     python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60]
 """
 
@@ -19,12 +23,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from bench.brokers import LocalBroker, SqsBroker
+from bench.brokers import Broker, LocalBroker, RedisBroker, SqsBroker
 from bench.common import (
     AppProcess,
     CliSidecar,
@@ -39,7 +44,7 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from priority_pubsub.drivers.base import DriverContext
+from priority_pubsub.drivers.base import Driver, DriverContext
 from priority_pubsub.drivers.local import LocalDriver, LocalOptions
 from priority_pubsub.sidecar import Sidecar, build_driver
 
@@ -130,44 +135,35 @@ async def local_idle(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
-    with temp_dir("idle-sqs") as directory, AppProcess(record=True) as app:
-        broker = SqsBroker(directory)
-        try:
-            await broker.create(QUEUES)
-            settings = make_settings(directory, broker.driver_config(), QUEUES,
-                                     app_url=app.url, concurrency=4)
-            driver = build_driver(settings)
-            counts = {"n": 0}
-
-            def count(**_: Any) -> None:
-                counts["n"] += 1
-
-            client = driver._api.sqs  # type: ignore[attr-defined]
-            client.meta.events.register("before-call.sqs.ReceiveMessage", count)
-            sidecar = Sidecar(settings, driver=driver)
-            running = asyncio.create_task(sidecar.run(handle_signals=False))
-            await asyncio.sleep(3)
-            before, cpu, started = counts["n"], time.process_time(), time.monotonic()
-            await asyncio.sleep(args.sqs_window_s)
-            elapsed = time.monotonic() - started
-            receives = counts["n"] - before
-            cpu_pct = (time.process_time() - cpu) / elapsed * 100
-            url = broker.client.get_queue_url(QueueName="high")["QueueUrl"]
-
-            async def publish(i: int) -> str:
-                answer = await asyncio.to_thread(broker.client.send_message, QueueUrl=url,
-                                                 MessageBody=sample_body(i).decode())
-                return str(answer["MessageId"])
-
-            pickups = await pickup_times(app, publish, args.trials)
-            sidecar.request_stop()
-            await running
-        finally:
-            await broker.close()
+async def inprocess_idle(
+    broker: Broker, directory: Path, app: AppProcess, window_s: float, trials: int,
+    attach_counter: Callable[[Driver], Callable[[], Awaitable[dict[str, int]]]],
+    publish: Callable[[int], Awaitable[str]],
+) -> dict[str, Any]:
+    """An in-process sidecar on three empty queues of ``broker``: broker calls counted by
+    ``attach_counter`` over the window, this process's CPU, then pickup times (the caller
+    creates the queues)."""
+    settings = make_settings(directory, broker.driver_config(), QUEUES,
+                             app_url=app.url, concurrency=4)
+    driver = build_driver(settings)
+    calls = attach_counter(driver)
+    sidecar = Sidecar(settings, driver=driver)
+    running = asyncio.create_task(sidecar.run(handle_signals=False))
+    await asyncio.sleep(3)
+    before, cpu, started = await calls(), time.process_time(), time.monotonic()
+    await asyncio.sleep(window_s)
+    elapsed = time.monotonic() - started
+    after = await calls()
+    cpu_pct = (time.process_time() - cpu) / elapsed * 100
+    pickups = await pickup_times(app, publish, trials)
+    sidecar.request_stop()
+    await running
+    made = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    per_queue = 60 / elapsed / len(QUEUES)
     return {
         "window_s": round(elapsed, 1),
-        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
+        "receive_calls_per_min_per_queue": rounded(sum(made.values()) * per_queue, 2),
+        "calls_per_min_per_queue": {k: rounded(v * per_queue, 2) for k, v in made.items() if v},
         "process_cpu_percent_in_process": rounded(cpu_pct, 3),
         "pickup_s": [rounded(p, 3) for p in pickups],
         "pickup_median_s": rounded(median(pickups), 3),
@@ -175,18 +171,80 @@ async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
+    """Every ReceiveMessage counted by a botocore ``before-call`` hook on the driver's client."""
+    with temp_dir("idle-sqs") as directory, AppProcess(record=True) as app:
+        broker = SqsBroker(directory)
+        try:
+            counts = {"ReceiveMessage": 0}
+
+            def attach(driver: Driver) -> Callable[[], Awaitable[dict[str, int]]]:
+                def count(**_: Any) -> None:
+                    counts["ReceiveMessage"] += 1
+
+                client = driver._api.sqs  # type: ignore[attr-defined]
+                client.meta.events.register("before-call.sqs.ReceiveMessage", count)
+
+                async def now() -> dict[str, int]:
+                    return dict(counts)
+
+                return now
+
+            await broker.create(QUEUES)
+            url = broker.client.get_queue_url(QueueName="high")["QueueUrl"]
+
+            async def publish(i: int) -> str:
+                answer = await asyncio.to_thread(broker.client.send_message, QueueUrl=url,
+                                                 MessageBody=sample_body(i).decode())
+                return str(answer["MessageId"])
+
+            return await inprocess_idle(broker, directory, app, args.sqs_window_s, args.trials,
+                                        attach, publish)
+        finally:
+            await broker.close()
+
+
+async def redis_idle(args: argparse.Namespace) -> dict[str, Any]:
+    """Every command the sidecar sends, counted by the server itself (``INFO commandstats``
+    of a redis-server of its own, less the commands this counting sends)."""
+    with temp_dir("idle-redis") as directory, AppProcess(record=True) as app:
+        broker = RedisBroker(directory)
+        try:
+            def attach(_: Driver) -> Callable[[], Awaitable[dict[str, int]]]:
+                async def now() -> dict[str, int]:
+                    stats = await broker.client.info("commandstats")
+                    counted = {name.removeprefix("cmdstat_"): int(value["calls"])
+                               for name, value in stats.items()}
+                    counted["info"] = 0  # this counter's own calls
+                    return counted
+
+                return now
+
+            await broker.create(QUEUES)
+
+            async def publish(i: int) -> str:
+                entry = await broker.client.xadd("high", {"data": sample_body(i)})
+                return str(entry.decode())
+
+            return await inprocess_idle(broker, directory, app, args.window_s, args.trials,
+                                        attach, publish)
+        finally:
+            await broker.close()
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in args.driver:
         log(f"idle: {name} ...")
-        out[name] = await (local_idle(args) if name == "local" else sqs_idle(args))
+        runner = {"local": local_idle, "sqs": sqs_idle, "redis": redis_idle}[name]
+        out[name] = await runner(args)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--driver", action="append", choices=["local", "sqs"])
+    parser.add_argument("--driver", action="append", choices=["local", "sqs", "redis"])
     parser.add_argument("--window-s", type=float, default=30)
     parser.add_argument("--sqs-window-s", type=float, default=60,
                         help="SQS long polls last 20 s: use a multiple of it")

@@ -176,6 +176,7 @@ class RedisDriver:
             for name in ("CLAIM", "ACK", "EXTEND", "PARK", "DEAD_LETTER", "FORGET_CONSUMER")
         }
         self._declared: set[str] = set()
+        self._background: set[asyncio.Future[None]] = set()
         self._lease_ms = max(1, int(context.lease_duration_s * 1000))
 
     def _make_client(self, socket_timeout_s: float | None) -> aioredis.Redis:
@@ -201,6 +202,8 @@ class RedisDriver:
             await self._declare(stream)
 
     async def close(self) -> None:
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=self.options.call_timeout_s)
         for stream in sorted(self._declared):
             try:
                 await self._scripts["FORGET_CONSUMER"](
@@ -247,6 +250,31 @@ class RedisDriver:
             await self._wait_for_entry(queue, last_id, pause)
 
     async def _claim(self, queue: str, want: int) -> tuple[list[Message], str, int]:
+        """One claim, shielded: if the receive is cancelled while the script runs, whatever
+        it took is released (uncounted) as soon as it answers, not left to lapse."""
+        claim = asyncio.ensure_future(self._claim_now(queue, want))
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            claim.add_done_callback(self._release_orphans)
+            raise
+
+    def _release_orphans(self, claim: asyncio.Future[tuple[list[Message], str, int]]) -> None:
+        if claim.cancelled() or claim.exception() is not None:
+            return
+        for message in claim.result()[0]:
+            task = asyncio.ensure_future(self._release_quietly(message))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _release_quietly(self, message: Message) -> None:
+        try:
+            await self.release(message)
+        except DriverError as exc:  # it comes back when its lease lapses
+            log.warning("redis release of an orphaned claim failed", message_id=message.id,
+                        queue=message.queue, error=str(exc))
+
+    async def _claim_now(self, queue: str, want: int) -> tuple[list[Message], str, int]:
         reply = await self._script(
             "CLAIM", queue, [queue, self._parked_set(queue)],
             [self.options.group, self.consumer, self.parked, self._lease_ms, want],
@@ -263,10 +291,10 @@ class RedisDriver:
         """Block until an entry after ``last_id`` is added (or the timeout): takes nothing."""
         block_ms = max(1, int(timeout_s * 1000))
         try:
-            await asyncio.wait_for(
-                self._waiter.xread({queue: last_id}, block=block_ms, count=1),
-                timeout_s + self.options.call_timeout_s,
-            )
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation
+            # that arrives as the read completes, and the sidecar's shutdown would hang.
+            async with asyncio.timeout(timeout_s + self.options.call_timeout_s):
+                await self._waiter.xread({queue: last_id}, block=block_ms, count=1)
         except TimeoutError:
             raise DriverUnavailable(
                 f"redis: XREAD on {queue!r} did not answer within its block time"

@@ -219,6 +219,41 @@ async def test_binary_body_is_data_not_a_defect(streams: Streams) -> None:
     await driver.ack(message)
 
 
+# -- cancellation (the dispatcher cancels the waits it no longer needs) -------------------------
+
+
+async def test_a_cancelled_wait_ends_at_once_and_loses_nothing(streams: Streams) -> None:
+    """Cancelled right as a publish wakes it, a wait must still end (Python 3.11's wait_for
+    could swallow that cancellation and hang the sidecar's shutdown), and whatever a claim
+    took for a cancelled receive comes back at once, uncounted."""
+    topic = streams.name("cancel")
+    driver = await streams.driver((topic,), None)
+    taken: list[bytes] = []
+    for n in range(30):
+        waiting = asyncio.create_task(driver.receive(topic, 1, 5))
+        await asyncio.sleep(0.05)
+        await streams.dapr_publish(topic, str(n).encode())
+        for _ in range(n % 10):  # cancel a few loop turns after the publish's answer
+            await asyncio.sleep(0)
+        finished_first = waiting.done()
+        waiting.cancel()
+        done, _ = await asyncio.wait({waiting}, timeout=1)
+        assert done, f"round {n}: a cancelled receive kept running"
+        assert finished_first or waiting.cancelled(), f"round {n}: cancellation swallowed"
+        if not waiting.cancelled():
+            for message in waiting.result():
+                await driver.ack(message)
+                taken.append(message.body)
+    await asyncio.sleep(0.3)  # releases of orphaned claims run in the background
+    rest = await receive_all(driver, topic, 30 - len(taken), timeout_s=5)
+    assert sorted(int(b) for b in taken + [m.body for m in rest]) == list(range(30))
+    for message in rest:
+        assert message.attempt == 1
+        await driver.ack(message)
+    assert await streams.raw.xpending(topic, GROUP) == {
+        "pending": 0, "min": None, "max": None, "consumers": []}
+
+
 # -- leases, attempts, release ------------------------------------------------------------------
 
 
