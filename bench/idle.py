@@ -46,7 +46,8 @@ from bench.common import (
 )
 from priority_pubsub.drivers.base import Driver, DriverContext
 from priority_pubsub.drivers.local import LocalDriver, LocalOptions
-from priority_pubsub.sidecar import Sidecar, build_driver
+from priority_pubsub.plugins import build_driver
+from priority_pubsub.sidecar import Sidecar
 
 QUEUES = ["high", "normal", "low"]
 

@@ -23,7 +23,8 @@ from priority_pubsub.cloudevent import AppRequest, build_request
 from priority_pubsub.config import Settings
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.message import Lease, Message, now_ms
-from priority_pubsub.sidecar import Sidecar, build_driver
+from priority_pubsub.plugins import build_driver
+from priority_pubsub.sidecar import Sidecar
 from priority_pubsub.transforms.base import Payload
 
 EMPTY_PAUSE_S = 0.002

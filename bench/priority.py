@@ -36,7 +36,8 @@ from bench.common import (
 )
 from bench.loops import Probe
 from priority_pubsub.drivers.local import LocalDriver
-from priority_pubsub.sidecar import Sidecar, build_driver
+from priority_pubsub.plugins import build_driver
+from priority_pubsub.sidecar import Sidecar
 
 
 async def strict_run(directory: Path, broker: LocalBroker, app: AppProcess, backlog: int,

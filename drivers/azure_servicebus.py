@@ -53,15 +53,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
+import math
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import structlog
 from pydantic import Field, SecretStr, model_validator
 
-from priority_pubsub.drivers.base import DriverContext, DriverOptions
+from priority_pubsub.drivers.base import (
+    DriverContext,
+    DriverOptions,
+    live_token,
+    map_errors,
+    own_options,
+)
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.message import Lease, Message, now_ms
 
@@ -108,9 +116,13 @@ class SbLock:
     receiver: Any
     queue: str
     lease_until_ms: int
-    lost: bool = False
     abandon_at_ms: int | None = None
     """For a delayed retry held on a subscription: abandon when this time comes."""
+    lease: Lease = field(init=False)
+    """The core's lease on this lock; ``lease.lost`` once Service Bus refused a renewal."""
+
+    def __post_init__(self) -> None:
+        self.lease = Lease(token=self, deadline_ms=self.lease_until_ms)
 
 
 def _ms(value: dt.datetime | None) -> int | None:
@@ -121,8 +133,11 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _wrap(exc: Exception, action: str) -> DriverError:
-    """SDK exception -> the project's error hierarchy (retriable or not, by type)."""
+def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverError:
+    """SDK exception -> the project's error hierarchy (retriable or not, by type).
+
+    A lost lock means a lost lease whatever the call (``settling`` changes nothing here).
+    """
     from azure.servicebus import exceptions as sb
 
     text = f"service bus {action}: {type(exc).__name__}: {exc}"
@@ -154,16 +169,20 @@ def _wrap(exc: Exception, action: str) -> DriverError:
     return DriverError(text)
 
 
+_sdk_errors = functools.partial(map_errors, map_error)
+"""``with _sdk_errors(action):`` around an SDK call: its errors come out as ``map_error`` says."""
+
+
 class ServiceBusDriver:
     """Service Bus queues or subscriptions, one per priority; see the module docstring."""
 
     name: ClassVar[str] = "azure_servicebus"
     options_model: ClassVar[type[DriverOptions]] = ServiceBusOptions
+    releases_count_as_attempts: ClassVar[bool] = True
+    """An abandon raises the delivery count; nothing lowers it."""
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        if not isinstance(options, ServiceBusOptions):
-            options = ServiceBusOptions.model_validate(options.model_dump())
-        self.options = options
+        self.options = options = own_options(options, ServiceBusOptions)
         self.context = context
         self._client: Any = None
         self._credential: Any = None
@@ -191,10 +210,11 @@ class ServiceBusDriver:
             self._credential = DefaultAzureCredential()
             self._client = ServiceBusClient(opts.namespace or "", self._credential, **kwargs)
         try:
-            await asyncio.gather(*(self._open(queue) for queue in self.context.queues))
-        except Exception as exc:
+            with _sdk_errors("start"):
+                await asyncio.gather(*(self._open(queue) for queue in self.context.queues))
+        except DriverError:
             await self.close()
-            raise _wrap(exc, "start") from exc
+            raise
         self._renewer = asyncio.create_task(self._renew_loop(), name="servicebus-renewer")
 
     async def close(self) -> None:
@@ -206,7 +226,7 @@ class ServiceBusDriver:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
         for lock in list(self._held):  # delayed retries held on a subscription go back now
-            if lock.abandon_at_ms is not None and not lock.lost:
+            if lock.abandon_at_ms is not None and not lock.lease.lost:
                 with contextlib.suppress(Exception):
                     await lock.receiver.abandon_message(lock.message)
         self._held.clear()
@@ -296,7 +316,7 @@ class ServiceBusDriver:
         if task.done() and not task.cancelled() and task.exception() is not None:
             exc = task.exception()
             assert isinstance(exc, Exception)
-            raise _wrap(exc, f"receive from {queue}") from exc
+            raise map_error(exc, f"receive from {queue}") from exc
         return [self._convert(queue, m) for m in self._take_stash(queue, max_messages)]
 
     async def _sdk_receive(self, queue: str, max_messages: int, wait_s: float) -> list[Any]:
@@ -342,26 +362,22 @@ class ServiceBusDriver:
             attributes={k: v for k, v in props.items() if k not in _INTERNAL},
             attempt=carried + (sdk_message.delivery_count or 0) + 1,
             enqueued_ms=int(enqueued) if enqueued else (_ms(sdk_message.enqueued_time_utc) or 0),
-            lease=Lease(token=lock, deadline_ms=lock.lease_until_ms),
+            lease=lock.lease,
             content_type=_text(content_type) if content_type else None,
         )
 
     # -- settle ----------------------------------------------------------------------------
-    def _lock(self, message: Message) -> SbLock:
-        lock = message.lease.token
-        if not isinstance(lock, SbLock):
-            raise DriverError(f"message {message.id} was not received by this driver")
-        if lock.lost:
-            raise LeaseLost(f"lock on message {message.id} was lost")
-        return lock
+    @staticmethod
+    def _lock(message: Message, verb: str) -> SbLock:
+        # Service Bus checks its own lock (MessageLockLostError): refuse only a lock the
+        # broker already declared lost, never by our clock (infinite grace).
+        return live_token(message, SbLock, verb, grace_ms=math.inf)
 
     async def _settle(self, message: Message, action: str, **kwargs: Any) -> None:
-        lock = self._lock(message)
+        lock = self._lock(message, action)
         self._held.discard(lock)
-        try:
+        with _sdk_errors(f"{action} {message.id}"):
             await getattr(lock.receiver, action)(lock.message, **kwargs)
-        except Exception as exc:
-            raise _wrap(exc, f"{action} {message.id}") from exc
 
     async def ack(self, message: Message) -> None:
         await self._settle(message, "complete_message")
@@ -378,7 +394,7 @@ class ServiceBusDriver:
         if delay_s <= 0:
             await self._settle(message, "abandon_message")
             return
-        lock = self._lock(message)
+        lock = self._lock(message, "retry")
         if "/" in lock.queue.removesuffix(DLQ_SUFFIX) and not lock.queue.lower().endswith(
             DLQ_SUFFIX
         ):
@@ -392,11 +408,13 @@ class ServiceBusDriver:
         if (_ms(lock.message.locked_until_utc) or 0) <= now_ms():
             raise LeaseLost(f"lock on message {message.id} expired before the retry")
         copy = self._copy(message, lock.message, delay_s)
-        try:
+        with _sdk_errors(f"schedule retry copy of {message.id}"):
             await self._sender(lock.queue).send_messages(copy)
-        except Exception as exc:
-            raise _wrap(exc, f"schedule retry copy of {message.id}") from exc
         await self._settle(message, "complete_message")
+
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
+        """As ``retry``: Service Bus counts the abandon (``releases_count_as_attempts``)."""
+        await self.retry(message, delay_s)
 
     def _copy(self, message: Message, original: Any, delay_s: float) -> Any:
         from azure.servicebus import ServiceBusMessage
@@ -417,13 +435,14 @@ class ServiceBusDriver:
         )
 
     async def extend(self, message: Message, duration_s: float) -> None:
-        lock = self._lock(message)
+        lock = self._lock(message, "extend")
         try:
-            until = await lock.receiver.renew_message_lock(lock.message)
-        except Exception as exc:
-            lock.lost = True
+            with _sdk_errors(f"renew lock of {message.id}"):
+                until = await lock.receiver.renew_message_lock(lock.message)
+        except DriverError:
+            lock.lease.lost = True
             self._held.discard(lock)
-            raise _wrap(exc, f"renew lock of {message.id}") from exc
+            raise
         lock.lease_until_ms = max(_ms(until) or 0, now_ms() + int(duration_s * 1000))
         self._held.add(lock)
         message.lease.deadline_ms = lock.lease_until_ms
@@ -450,7 +469,7 @@ class ServiceBusDriver:
                     try:
                         await lock.receiver.renew_message_lock(lock.message)
                     except Exception as exc:
-                        lock.lost = True
+                        lock.lease.lost = True
                         self._held.discard(lock)
                         log.warning("servicebus_renew_failed", error=str(exc))
 
@@ -473,10 +492,8 @@ class ServiceBusDriver:
             content_type=content_type,
             message_id=message_id,
         )
-        try:
+        with _sdk_errors(f"send to {queue}"):
             await self._sender(queue).send_messages(message)
-        except Exception as exc:
-            raise _wrap(exc, f"send to {queue}") from exc
         return message_id
 
     async def ping(self) -> None:

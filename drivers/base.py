@@ -6,29 +6,64 @@ separate runtime-checkable protocols the core probes with ``isinstance``.
 
 Every driver method raises only ``priority_pubsub.errors.DriverError`` subclasses: SDK
 exceptions are wrapped at this boundary and marked retriable or terminal.
+
+The kit every driver uses, so each one only says what is particular to its broker:
+
+* ``Lease.require_live`` (a settle after the lease lapsed is refused with ``LeaseLost``);
+* the message attribute names written on dead letters (``DEAD_LETTER_*``, listed in the
+  README: users filter on them, so they never change);
+* ``own_options``: the one way a driver gets its options model from the core;
+* ``map_errors``: the one ``try/except/raise from`` around SDK calls, given the driver's own
+  ``map_error(exc, action, settling=...)`` (each driver has exactly one, under that name);
+* ``priority_pubsub.backoff`` for any retry loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from priority_pubsub.errors import DriverError
 from priority_pubsub.message import Lease, Message
 
 __all__ = [
+    "CONTENT_TYPE_ATTRIBUTE",
+    "DEAD_LETTER_ATTRIBUTES",
+    "DEAD_LETTER_REASON",
+    "DEAD_LETTER_SOURCE",
+    "REQUEUED_FROM",
     "DepthReporter",
     "Driver",
     "DriverContext",
     "DriverOptions",
+    "ErrorMapper",
     "Lease",
     "Message",
     "Pinger",
     "Publisher",
     "QueueDepth",
+    "live_token",
+    "map_errors",
+    "own_options",
 ]
+
+DEAD_LETTER_REASON = "dead_letter_reason"
+"""Attribute on a dead letter: why it was dead-lettered (Service Bus: its native reason)."""
+DEAD_LETTER_SOURCE = "dead_letter_source"
+"""Attribute on a dead letter: the queue it came from."""
+DEAD_LETTER_ATTRIBUTES = (DEAD_LETTER_REASON, DEAD_LETTER_SOURCE)
+REQUEUED_FROM = "requeued_from"
+"""Attribute ``requeue`` puts on a message it moved back: the dead-letter queue it left."""
+CONTENT_TYPE_ATTRIBUTE = "content-type"
+"""Where ``publish(content_type=...)`` travels on brokers without a content type of their own
+(SQS, Pub/Sub); it comes back as ``Message.content_type``, not as an attribute."""
+
+OptionsT = TypeVar("OptionsT", bound="DriverOptions")
+T = TypeVar("T")
 
 
 class DriverOptions(BaseModel):
@@ -38,6 +73,59 @@ class DriverOptions(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def own_options(options: DriverOptions, model: type[OptionsT]) -> OptionsT:
+    """A driver's options as its own model: the core validates them with ``options_model``
+    (``plugins.build_driver``); a caller holding another model is re-validated, not trusted."""
+    if isinstance(options, model):
+        return options
+    return model.model_validate(options.model_dump())
+
+
+class ErrorMapper(Protocol):
+    """A driver's ``map_error``: an SDK exception raised by ``action`` -> the project error.
+
+    ``settling`` marks calls that carry a lease handle: there a broker's "unknown handle"
+    answer means the lease is gone (``LeaseLost``), not a malformed request.
+    """
+
+    def __call__(self, exc: Exception, action: str, *, settling: bool = False) -> DriverError:
+        ...
+
+
+@contextmanager
+def map_errors(
+    mapper: ErrorMapper,
+    action: str,
+    *,
+    catch: tuple[type[Exception], ...] = (Exception,),
+    settling: bool = False,
+) -> Iterator[None]:
+    """Turn ``catch`` exceptions raised inside the block into ``mapper``'s project errors.
+
+    Works around sync and async code alike (``with map_errors(...): await call``). A
+    ``DriverError`` raised inside passes unchanged: it is already the project's.
+    """
+    try:
+        yield
+    except DriverError:
+        raise
+    except catch as exc:
+        raise mapper(exc, action, settling=settling) from exc
+
+
+def live_token(message: Message, kind: type[T], verb: str, *, grace_ms: float = 0) -> T:
+    """The message's lease token as this driver's ``kind``, if the lease still holds.
+
+    Raises ``DriverError`` for a message another driver received, ``LeaseLost`` (from
+    ``Lease.require_live``) for a lease that lapsed or that the broker declared lost.
+    """
+    token = message.lease.token
+    if not isinstance(token, kind):
+        raise DriverError(f"{verb}: message {message.id} was not received by this driver")
+    message.lease.require_live(verb, message.id, grace_ms=grace_ms)
+    return token
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +153,14 @@ class Driver(Protocol):
 
     name: ClassVar[str]
     options_model: ClassVar[type[DriverOptions]]
+    releases_count_as_attempts: ClassVar[bool]
+    """True when the broker counts a ``release`` as a delivery (SQS receive count, Pub/Sub
+    delivery_attempt, Service Bus delivery_count) and nothing can undo it: the worker then
+    never dead-letters a message before delivering it (see ``settlement.admit``)."""
+
+    def __init__(self, options: DriverOptions, context: DriverContext) -> None:
+        """The one construction path: ``plugins.build_driver`` passes the validated options
+        (``own_options`` turns them into the driver's model) and the deployment context."""
 
     async def start(self) -> None:
         """Connect and resolve queues; raise ``DriverUnavailable`` if the broker is unreachable."""
@@ -83,6 +179,14 @@ class Driver(Protocol):
 
     async def retry(self, message: Message, delay_s: float) -> None:
         """Return the message, visible again after ``delay_s`` (0 = at once)."""
+
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
+        """Hand back a message the app never saw, visible again after ``delay_s``.
+
+        Unlike ``retry`` it does not count as an attempt where the broker lets us avoid it
+        (local: the claim's count is undone). Where it cannot
+        (``releases_count_as_attempts``), the next delivery reports a higher ``attempt``.
+        """
 
     async def extend(self, message: Message, duration_s: float) -> None:
         """Push the lease deadline to now + ``duration_s`` and update ``message.lease``."""

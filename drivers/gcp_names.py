@@ -1,4 +1,4 @@
-"""Pub/Sub resource names and SDK-error mapping for the ``gcp_pubsub`` driver.
+"""Pub/Sub resource names and SDK-error mapping (``map_error``) for the ``gcp_pubsub`` driver.
 
 Kept apart from the driver so both are short, and so the name rules are testable without a
 broker. Users may write a bare id (``tasks-high``) or a full path
@@ -54,21 +54,17 @@ def is_path(name: str, kind: str) -> bool:
     return bool(match and match["kind"] == kind)
 
 
-def driver_error(exc: Exception, doing: str) -> DriverError:
-    """Wrap an SDK exception: transient ones become ``DriverUnavailable``."""
-    detail = f"pub/sub {doing}: {type(exc).__name__}: {exc}"
-    if isinstance(exc, _TRANSIENT):
-        return DriverUnavailable(detail)
-    return DriverError(detail, retriable=False)
+def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverError:
+    """Wrap an SDK exception: transient ones become ``DriverUnavailable``.
 
-
-def settle_error(exc: Exception, doing: str) -> DriverError:
-    """Like ``driver_error``, but an ack id the broker refuses means the lease is gone.
-
-    Pub/Sub answers INVALID_ARGUMENT ("Invalid ack id") or, on exactly-once subscriptions,
+    When ``settling``, an ack id the broker refuses means the lease is gone: Pub/Sub answers
+    INVALID_ARGUMENT ("Invalid ack id") or, on exactly-once subscriptions,
     FAILED_PRECONDITION for an ack id it no longer honours. Our ack ids come straight from a
     pull, so they are never malformed: a refusal means another delivery superseded ours.
     """
-    if isinstance(exc, gexc.InvalidArgument | gexc.FailedPrecondition):
-        return LeaseLost(f"pub/sub {doing}: the broker refused the ack id: {exc}")
-    return driver_error(exc, doing)
+    if settling and isinstance(exc, gexc.InvalidArgument | gexc.FailedPrecondition):
+        return LeaseLost(f"pub/sub {action}: the broker refused the ack id: {exc}")
+    detail = f"pub/sub {action}: {type(exc).__name__}: {exc}"
+    if isinstance(exc, _TRANSIENT):
+        return DriverUnavailable(detail)
+    return DriverError(detail, retriable=False)

@@ -33,12 +33,16 @@ Design choices, and why:
   or, when unset, the topic of the subscription's own dead-letter policy) with data and
   attributes kept and ``dead_letter_reason``/``dead_letter_source`` added, then acked. If the
   ack fails after the publish, the next delivery is dead-lettered again (at least once).
+* **No queue depth.** Backlog sizes live in Cloud Monitoring (``num_undelivered_messages``),
+  not in the Pub/Sub API (nor the emulator), so the driver is no ``DepthReporter``: ``stats``
+  shows "unknown" and ``priority_pubsub_queue_depth`` is not exported for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import os
 import time
@@ -54,14 +58,18 @@ from google.pubsub_v1 import PublisherAsyncClient, SubscriberAsyncClient
 from google.pubsub_v1.types import PubsubMessage, PullRequest, PullResponse, ReceivedMessage
 from pydantic import Field
 
-from priority_pubsub.drivers.base import DriverContext, DriverOptions, QueueDepth
-from priority_pubsub.drivers.gcp_names import (
-    driver_error,
-    is_path,
-    resource_path,
-    settle_error,
+from priority_pubsub.drivers.base import (
+    CONTENT_TYPE_ATTRIBUTE,
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    DriverContext,
+    DriverOptions,
+    live_token,
+    map_errors,
+    own_options,
 )
-from priority_pubsub.errors import ConfigError, DriverError, LeaseLost, MessageTooLarge
+from priority_pubsub.drivers.gcp_names import is_path, map_error, resource_path
+from priority_pubsub.errors import ConfigError, DriverError, MessageTooLarge
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Lease, Message, now_ms
 
@@ -84,10 +92,10 @@ EXTEND_GRACE_MS = 500
 """An extension this late is still sent: our deadline counts from when we sent the request
 (the broker's from when it handled it), and the message can only have gone elsewhere if
 another consumer pulled in that very half second. Acks get no grace: they would delete."""
-DEAD_LETTER_REASON = "dead_letter_reason"
-DEAD_LETTER_SOURCE = "dead_letter_source"
-CONTENT_TYPE_ATTRIBUTE = "content-type"
-"""``publish(content_type=...)`` travels as this attribute (Pub/Sub has no content type)."""
+_sdk_errors = functools.partial(
+    map_errors, map_error, catch=(gexc.GoogleAPICallError, gexc.RetryError)
+)
+"""``with _sdk_errors(doing):`` around an SDK call: its errors come out as ``map_error`` says."""
 
 
 class PubSubOptions(DriverOptions):
@@ -126,9 +134,11 @@ class PubSubDriver:
 
     name: ClassVar[str] = "gcp_pubsub"
     options_model: ClassVar[type[DriverOptions]] = PubSubOptions
+    releases_count_as_attempts: ClassVar[bool] = True
+    """A nacked message comes back with ``delivery_attempt`` raised; nothing lowers it."""
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        assert isinstance(options, PubSubOptions)
+        options = own_options(options, PubSubOptions)
         if context.lease_duration_s > MAX_ACK_DEADLINE_S:
             raise ConfigError(
                 f"lease.duration_s: gcp_pubsub ack deadlines are at most {MAX_ACK_DEADLINE_S} s "
@@ -245,13 +255,12 @@ class PubSubDriver:
             request, timeout=timeout, metadata=sub.metadata
         )
         try:
-            response: PullResponse = await pull.call
-        except gexc.DeadlineExceeded as exc:
-            if wait_s > 0:
+            with _sdk_errors(f"pull {sub.name}"):
+                response: PullResponse = await pull.call
+        except DriverError as exc:
+            if wait_s > 0 and isinstance(exc.__cause__, gexc.DeadlineExceeded):
                 return []  # the broker had nothing before our deadline: an empty answer
-            raise driver_error(exc, f"pull {sub.name}") from exc
-        except gexc.GoogleAPICallError as exc:
-            raise driver_error(exc, f"pull {sub.name}") from exc
+            raise
         finally:
             pull.call = None
         received_ms = now_ms()
@@ -307,15 +316,19 @@ class PubSubDriver:
 
     async def ack(self, message: Message) -> None:
         sub = self._live(message, "ack")
-        await self._settle("ack", self._sub.acknowledge(
+        await self._call("ack", self._sub.acknowledge(
             subscription=sub.path, ack_ids=[message.lease.token],
-            timeout=self.options.call_timeout_s))
+            timeout=self.options.call_timeout_s), settling=True)
 
     async def retry(self, message: Message, delay_s: float) -> None:
         sub = self._live(message, "retry")
         delay = 0 if delay_s <= 0 else min(MAX_ACK_DEADLINE_S, math.ceil(delay_s))
         await self._modack(sub, [message.lease.token], delay)
         message.lease.deadline_ms = now_ms()  # no longer ours once returned
+
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
+        """As ``retry``: Pub/Sub counts the delivery (``releases_count_as_attempts``)."""
+        await self.retry(message, delay_s)
 
     async def extend(self, message: Message, duration_s: float) -> None:
         sub = self._live(message, "extend", grace_ms=EXTEND_GRACE_MS)
@@ -339,24 +352,13 @@ class PubSubDriver:
     def _live(self, message: Message, verb: str, grace_ms: int = 0) -> _Subscription:
         """The message's subscription, if its lease still runs: else refuse with LeaseLost."""
         sub = self._subscription(message.queue)
-        late_ms = now_ms() - message.lease.deadline_ms
-        if late_ms >= grace_ms:
-            raise LeaseLost(
-                f"{verb} {message.id} on {message.queue}: lease ended {late_ms} ms ago; "
-                "Pub/Sub may already have redelivered it"
-            )
+        live_token(message, str, verb, grace_ms=grace_ms)
         return sub
 
     async def _modack(self, sub: _Subscription, ack_ids: list[str], seconds: int) -> None:
-        await self._settle("modify_ack_deadline", self._sub.modify_ack_deadline(
+        await self._call("modify_ack_deadline", self._sub.modify_ack_deadline(
             subscription=sub.path, ack_ids=ack_ids, ack_deadline_seconds=seconds,
-            timeout=self.options.call_timeout_s))
-
-    async def _settle(self, doing: str, call: Awaitable[None]) -> None:
-        try:
-            await call
-        except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
-            raise settle_error(exc, doing) from exc
+            timeout=self.options.call_timeout_s), settling=True)
 
     # -- optional abilities ----------------------------------------------------------------
 
@@ -372,12 +374,6 @@ class PubSubDriver:
         if content_type:
             named[CONTENT_TYPE_ATTRIBUTE] = content_type
         return await self._publish_to(await self._topic_for(queue), body, named)
-
-    async def depth(self, queue: str) -> QueueDepth:
-        """Unknown: backlog sizes live in Cloud Monitoring, not the Pub/Sub API (nor the
-        emulator). ``num_undelivered_messages`` there is the number to watch. Any name is
-        accepted (``stats`` also asks about the dead-letter topic)."""
-        return QueueDepth(visible=None, in_flight=None, oldest_age_s=None, delayed=None)
 
     async def ping(self) -> None:
         first = self._subscription(self.context.queues[0])
@@ -418,8 +414,6 @@ class PubSubDriver:
         except KeyError:
             raise DriverError(f"{queue!r} is not a configured queue", retriable=False) from None
 
-    async def _call(self, doing: str, call: Awaitable[T]) -> T:
-        try:
+    async def _call(self, doing: str, call: Awaitable[T], *, settling: bool = False) -> T:
+        with _sdk_errors(doing, settling=settling):
             return await call
-        except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
-            raise driver_error(exc, doing) from exc

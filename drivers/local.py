@@ -10,7 +10,8 @@ It is the default, so it is a product, not a test double:
 * **Leases**: a claim sets ``visible_at_ms`` to the lease deadline and a fresh claim token;
   every settle checks the token, so a settle after the lease lapsed and someone else claimed
   the message raises ``LeaseLost`` instead of deleting their work.
-* **Attempts** are counted in the row at each claim (they survive restarts).
+* **Attempts** are counted in the row at each claim (they survive restarts). A ``release``
+  (a message handed back unseen, e.g. surplus of a wake-up) undoes its claim's count.
 * **Waiting** is cheap: a waiting receive sleeps on an in-process event, woken by this
   process's own writes, by another process's commits (``PRAGMA data_version``, checked every
   ``poll_interval_s``) and by the next delayed message falling due.
@@ -20,23 +21,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field
 
-from priority_pubsub.drivers.base import DriverContext, DriverOptions, QueueDepth
+from priority_pubsub.drivers.base import (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    DriverContext,
+    DriverOptions,
+    QueueDepth,
+    map_errors,
+    own_options,
+)
 from priority_pubsub.drivers.sqlite_worker import SqliteWorker
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.message import Lease, Message, now_ms
 
-DEAD_LETTER_REASON = "dead_letter_reason"
-DEAD_LETTER_SOURCE = "dead_letter_source"
+__all__ = ["DEAD_LETTER_REASON", "DEAD_LETTER_SOURCE", "LocalDriver", "LocalOptions"]
+T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -55,6 +65,13 @@ CREATE INDEX IF NOT EXISTS messages_ready ON messages (queue, visible_at_ms, seq
 """
 
 
+_RELEASE = (
+    "UPDATE messages SET visible_at_ms = ?, lease_token = NULL, "
+    "attempts = max(attempts - 1, 0) WHERE seq = ?"
+)
+"""Return a claimed row as if it had not been claimed (its attempt count undone)."""
+
+
 class LocalOptions(DriverOptions):
     path: Path = Path("./data/queues.db")
     max_message_bytes: int = Field(default=1_048_576, ge=1)
@@ -68,10 +85,10 @@ class LocalDriver:
 
     name: ClassVar[str] = "local"
     options_model: ClassVar[type[DriverOptions]] = LocalOptions
+    releases_count_as_attempts: ClassVar[bool] = False
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        assert isinstance(options, LocalOptions)
-        self.options = options
+        self.options = options = own_options(options, LocalOptions)
         self.context = context
         self._db = SqliteWorker(
             options.path, busy_timeout_s=options.busy_timeout_s,
@@ -144,9 +161,10 @@ class LocalDriver:
                 ).fetchone()[0]
             return rows, next_due, now
 
-        future = self._db.submit(_guard(claim), write=True)
+        future = self._db.submit(claim, write=True)
         try:
-            rows, next_due, claimed_ms = await asyncio.shield(future)
+            with _sqlite_errors("local queue file"):
+                rows, next_due, claimed_ms = await asyncio.shield(future)
         except asyncio.CancelledError:
             future.add_done_callback(self._release_orphans)
             raise
@@ -162,13 +180,9 @@ class LocalDriver:
         seqs = [row[0] for row in rows]
 
         def release(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "UPDATE messages SET visible_at_ms = ?, lease_token = NULL, "
-                "attempts = max(attempts - 1, 0) WHERE seq = ?",
-                [(now_ms(), seq) for seq in seqs],
-            )
+            conn.executemany(_RELEASE, [(now_ms(), seq) for seq in seqs])
 
-        self._db.submit(_guard(release), write=True)
+        self._db.submit(release, write=True)
         self._notify()
 
     def _to_message(
@@ -207,6 +221,10 @@ class LocalDriver:
             last = version
             await asyncio.sleep(self.options.poll_interval_s)
 
+    async def _run(self, job: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        with _sqlite_errors("local queue file"):
+            return await self._db.call(job, write=write)
+
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
@@ -224,6 +242,12 @@ class LocalDriver:
             "WHERE seq = ? AND lease_token = ?",
             (due,),
         )
+        self._notify()
+
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
+        """Hand back unseen: visible after ``delay_s``, its claim's attempt undone."""
+        due = now_ms() + int(delay_s * 1000)
+        await self._settle(message, _RELEASE + " AND lease_token = ?", (due,))
         self._notify()
 
     async def extend(self, message: Message, duration_s: float) -> None:
@@ -253,7 +277,7 @@ class LocalDriver:
         def run(conn: sqlite3.Connection) -> int:
             return conn.execute(sql, (*params, seq, token)).rowcount
 
-        if await self._db.call(_guard(run), write=True) == 0:
+        if await self._run(run, write=True) == 0:
             raise LeaseLost(
                 f"message {message.id} on {message.queue}: lease lapsed and was taken over"
             )
@@ -284,7 +308,7 @@ class LocalDriver:
                 (message_id, queue, body, encoded, content_type, now, now + int(delay_s * 1000)),
             )
 
-        await self._db.call(_guard(insert), write=True)
+        await self._run(insert, write=True)
         self._notify()
         return message_id
 
@@ -301,7 +325,7 @@ class LocalDriver:
             ).fetchone()
             return row[0], row[1], row[2], row[3]
 
-        visible, in_flight, delayed, oldest = await self._db.call(_guard(count), write=False)
+        visible, in_flight, delayed, oldest = await self._run(count, write=False)
         age = None if oldest is None else max(0.0, (now_ms() - oldest) / 1000)
         return QueueDepth(visible=visible, in_flight=in_flight, delayed=delayed, oldest_age_s=age)
 
@@ -323,15 +347,14 @@ class LocalDriver:
             raise DriverUnavailable(f"local queue file {path} unusable: {exc}") from exc
 
 
-def _guard(job: Callable[[sqlite3.Connection], Any]) -> Callable[[sqlite3.Connection], Any]:
-    """Turn sqlite3 errors into project errors at the driver boundary."""
+def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverError:
+    """sqlite3 errors -> project errors: locked, disk I/O, missing file may pass; the rest not.
 
-    def run(conn: sqlite3.Connection) -> Any:
-        try:
-            return job(conn)
-        except sqlite3.OperationalError as exc:  # locked, disk I/O, missing file: may pass
-            raise DriverUnavailable(f"local queue file: {exc}") from exc
-        except sqlite3.DatabaseError as exc:
-            raise DriverError(f"local queue file: {exc}") from exc
+    ``settling`` changes nothing here: a lost claim shows as no row updated, not as an error.
+    """
+    if isinstance(exc, sqlite3.OperationalError):
+        return DriverUnavailable(f"{action}: {exc}")
+    return DriverError(f"{action}: {exc}")
 
-    return run
+
+_sqlite_errors = functools.partial(map_errors, map_error, catch=(sqlite3.DatabaseError,))

@@ -62,7 +62,16 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import structlog
 from pydantic import Field
 
-from priority_pubsub.drivers.base import DriverContext, DriverOptions, QueueDepth
+from priority_pubsub.drivers.base import (
+    CONTENT_TYPE_ATTRIBUTE,
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    DriverContext,
+    DriverOptions,
+    QueueDepth,
+    live_token,
+    own_options,
+)
 from priority_pubsub.drivers.sqs_api import (
     MAX_BATCH,
     MAX_VISIBILITY_S,
@@ -82,13 +91,16 @@ if TYPE_CHECKING:
         MessageTypeDef,
     )
 
-__all__ = ["SqsDriver", "SqsOptions", "SqsReceipt", "dapr_cloudevent", "publish_via_sns"]
-
-DEAD_LETTER_REASON = "dead_letter_reason"
-DEAD_LETTER_SOURCE = "dead_letter_source"
-CONTENT_TYPE_ATTRIBUTE = "content-type"
-"""``publish(content_type=...)`` travels as this message attribute and comes back as
-``Message.content_type`` (SQS has no content type of its own)."""
+__all__ = [
+    "CONTENT_TYPE_ATTRIBUTE",
+    "DEAD_LETTER_REASON",
+    "DEAD_LETTER_SOURCE",
+    "SqsDriver",
+    "SqsOptions",
+    "SqsReceipt",
+    "dapr_cloudevent",
+    "publish_via_sns",
+]
 MAX_ATTRIBUTES = 10
 _REASON_CHARS = 1024
 _CLOCK_MARGIN_MS = 250  # the visibility clock starts at SQS shortly before we see the answer
@@ -148,11 +160,11 @@ class SqsDriver:
 
     name: ClassVar[str] = "sqs"
     options_model: ClassVar[type[DriverOptions]] = SqsOptions
+    releases_count_as_attempts: ClassVar[bool] = True
+    """A receive raises ApproximateReceiveCount and nothing lowers it again."""
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        if not isinstance(options, SqsOptions):
-            options = SqsOptions.model_validate(options.model_dump())
-        self.options = options
+        self.options = options = own_options(options, SqsOptions)
         self.context = context
         self.calls: Counter[str] = Counter()
         """API calls made, by action, plus ``released`` (messages returned unseen)."""
@@ -326,19 +338,24 @@ class SqsDriver:
     # -- settling --------------------------------------------------------------------------
 
     async def ack(self, message: Message) -> None:
-        receipt = self._live_receipt(message, "ack")
+        receipt = live_token(message, SqsReceipt, "ack")
         await self._call("DeleteMessage", self._api.delete, receipt.queue_url, receipt.handle)
 
     async def retry(self, message: Message, delay_s: float) -> None:
-        receipt = self._live_receipt(message, "retry")
+        receipt = live_token(message, SqsReceipt, "retry")
         seconds = whole_seconds(min(max(0.0, delay_s), self._visibility_left_s(message)))
         await self._call(
             "ChangeMessageVisibility", self._api.change_visibility,
             receipt.queue_url, receipt.handle, seconds,
         )
 
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
+        """As ``retry``: SQS cannot undo the receive count (``releases_count_as_attempts``)."""
+        self.calls["released"] += 1
+        await self.retry(message, delay_s)
+
     async def extend(self, message: Message, duration_s: float) -> None:
-        receipt = self._live_receipt(message, "extend", grace_ms=_EXTEND_GRACE_MS)
+        receipt = live_token(message, SqsReceipt, "extend", grace_ms=_EXTEND_GRACE_MS)
         left_s = self._visibility_left_s(message)
         if left_s < 1:
             raise LeaseLost(
@@ -358,7 +375,7 @@ class SqsDriver:
     async def dead_letter(self, message: Message, reason: str) -> None:
         if self.context.dead_letter_queue is None:
             raise DriverError("dead_letter: no dead_letter.queue configured")
-        receipt = self._live_receipt(message, "dead_letter")
+        receipt = live_token(message, SqsReceipt, "dead_letter")
         attributes = dict(receipt.raw_attributes)
         extra = {DEAD_LETTER_REASON: reason[:_REASON_CHARS], DEAD_LETTER_SOURCE: message.queue}
         for name, value in string_attributes(extra).items():
@@ -373,18 +390,6 @@ class SqsDriver:
             self._url(self.context.dead_letter_queue), message.body.decode("utf-8"), attributes,
         )
         await self._call("DeleteMessage", self._api.delete, receipt.queue_url, receipt.handle)
-
-    def _live_receipt(self, message: Message, verb: str, grace_ms: int = 0) -> SqsReceipt:
-        receipt = message.lease.token
-        if not isinstance(receipt, SqsReceipt):
-            raise DriverError(f"{verb}: message {message.id} was not received by the SQS driver")
-        lapsed_s = -message.lease.remaining_s()
-        if lapsed_s * 1000 >= grace_ms:
-            raise LeaseLost(
-                f"{verb}: lease on message {message.id} lapsed {lapsed_s:.1f}s ago; "
-                "SQS may have handed it to another consumer"
-            )
-        return receipt
 
     @staticmethod
     def _visibility_left_s(message: Message) -> float:

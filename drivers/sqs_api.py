@@ -8,15 +8,16 @@ is gone" (``LeaseLost``: stale or invalid receipt handle) and terminal ``DriverE
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 import botocore.config
 import botocore.exceptions
 
+from priority_pubsub.drivers.base import map_errors
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ _SETUP_ERRORS: tuple[type[Exception], ...] = (
 T = TypeVar("T")
 
 
-def classify(exc: Exception, action: str, *, settling: bool = False) -> DriverError:
+def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverError:
     """The project error for a botocore exception raised by ``action``.
 
     ``settling`` marks calls that carry a receipt handle: there SQS's "invalid/expired handle"
@@ -93,12 +94,11 @@ def classify(exc: Exception, action: str, *, settling: bool = False) -> DriverEr
     return DriverError(f"SQS {action}: {type(exc).__name__}: {exc}")
 
 
-@contextmanager
-def wrapped(action: str, *, settling: bool = False) -> Iterator[None]:
-    try:
-        yield
-    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-        raise classify(exc, action, settling=settling) from exc
+wrapped = functools.partial(
+    map_errors, map_error,
+    catch=(botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError),
+)
+"""``with wrapped(action):`` around a boto3 call: its errors come out as ``map_error`` says."""
 
 
 def whole_seconds(seconds: float, *, upper: int = MAX_VISIBILITY_S) -> int:

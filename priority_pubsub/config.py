@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from priority_pubsub.backoff import compute_backoff
 from priority_pubsub.errors import ConfigError
 
 ENV_PREFIX = "PRIORITY_PUBSUB"
@@ -96,8 +97,7 @@ class RetryConfig(_Strict):
 
     def delay_for(self, attempt: int) -> float:
         """Exponential backoff: ``initial * 2**(attempt-1)``, capped at ``max_delay_s``."""
-        exponent = max(0, min(attempt - 1, 62))
-        return float(min(self.initial_delay_s * (2**exponent), self.max_delay_s))
+        return compute_backoff(attempt, initial_s=self.initial_delay_s, max_s=self.max_delay_s)
 
 
 class DeadLetterConfig(_Strict):

@@ -116,7 +116,7 @@ class Dispatcher:
         keep, surplus = messages[:free], messages[free:]
         for message in surplus:
             with contextlib.suppress(DriverError):
-                await self._driver.retry(message, 0)
+                await self._driver.release(message)
         return keep
 
     async def _receive(self, index: int, count: int, wait_s: float) -> list[Message]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from priority_pubsub.errors import LeaseLost
 
 
 def now_ms() -> int:
@@ -16,16 +19,37 @@ def now_ms() -> int:
 class Lease:
     """A driver's hold on a message until ``deadline_ms`` (epoch ms).
 
-    ``token`` is the driver's handle (SQS receipt handle, Pub/Sub ack id, Service Bus message,
+    ``token`` is the driver's handle (SQS receipt handle, Pub/Sub ack id, Service Bus lock,
     local claim token). The lease keeper extends the deadline; a settle after it passed is
-    refused by the driver with ``LeaseLost`` rather than attempted blindly.
+    refused with ``LeaseLost`` by ``require_live`` rather than attempted blindly (as asynq's
+    ``Lease`` does). ``clock`` is injectable so a test can move time; ``lost`` is set when the
+    broker itself said the lease is gone.
     """
 
     token: Any
     deadline_ms: int
+    clock: Callable[[], int] = field(default=now_ms, repr=False, compare=False)
+    lost: bool = False
 
     def remaining_s(self, at_ms: int | None = None) -> float:
-        return (self.deadline_ms - (now_ms() if at_ms is None else at_ms)) / 1000.0
+        return (self.deadline_ms - (self.clock() if at_ms is None else at_ms)) / 1000.0
+
+    def require_live(self, verb: str, message_id: str, *, grace_ms: float = 0) -> None:
+        """Raise ``LeaseLost`` unless this lease still holds for ``verb``.
+
+        ``grace_ms`` lets a call run this long past the deadline: an extension a little late
+        may still rescue the lease, an ack must not (it could delete another consumer's
+        message). A driver whose broker checks its own lock passes ``math.inf``: only a lease
+        the broker already declared lost is refused.
+        """
+        if self.lost:
+            raise LeaseLost(f"{verb} {message_id}: the broker reported its lease lost")
+        late_ms = self.clock() - self.deadline_ms
+        if late_ms >= grace_ms:
+            raise LeaseLost(
+                f"{verb} {message_id}: lease lapsed {late_ms} ms ago; the broker may already "
+                "have handed it to another consumer"
+            )
 
 
 @dataclass(slots=True)

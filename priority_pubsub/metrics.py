@@ -10,6 +10,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from priority_pubsub.outcome import Kind
+
 # 10 ms .. 1 h: short acks and hour-long tasks both land in a meaningful bucket.
 DURATION_BUCKETS = (
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600,
@@ -65,8 +67,8 @@ class Metrics:
             level = str(priority)
             found = QueueMetrics(
                 received=self.received.labels(name, level),
-                settled={o: self.settled.labels(name, level, o)
-                         for o in ("ack", "retry", "dead", "drop")},
+                settled={kind.value: self.settled.labels(name, level, kind.value)
+                         for kind in Kind},
                 forward_seconds=self.forward_seconds.labels(name),
                 wait_seconds=self.wait_seconds.labels(name),
                 lease_extensions=self.lease_extensions.labels(name),

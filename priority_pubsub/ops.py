@@ -13,18 +13,22 @@ from typing import Any
 import aiohttp
 
 from priority_pubsub.config import Settings
-from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger, Publisher
+from priority_pubsub.drivers.base import (
+    DEAD_LETTER_ATTRIBUTES,
+    REQUEUED_FROM,
+    DepthReporter,
+    Driver,
+    Pinger,
+    Publisher,
+)
 from priority_pubsub.errors import ConfigError, DriverError
+from priority_pubsub.plugins import build_driver
 
 STATS_VERSION = 1
-REQUEUED_FROM = "requeued_from"
-_DEAD_LETTER_MARKERS = ("dead_letter_reason", "dead_letter_source")
 
 
 @contextlib.asynccontextmanager
 async def open_driver(settings: Settings, start_timeout_s: float = 15.0) -> AsyncIterator[Driver]:
-    from priority_pubsub.sidecar import build_driver
-
     driver = build_driver(settings)
     try:
         await asyncio.wait_for(driver.start(), start_timeout_s)
@@ -146,7 +150,7 @@ async def requeue_messages(
                 break
             for message in batch:
                 attributes = {k: v for k, v in message.attributes.items()
-                              if k not in _DEAD_LETTER_MARKERS}
+                              if k not in DEAD_LETTER_ATTRIBUTES}
                 attributes[REQUEUED_FROM] = from_queue
                 await driver.publish(to_queue, message.body, attributes, message.content_type)
                 await driver.ack(message)

@@ -7,10 +7,15 @@ from dataclasses import dataclass
 
 
 class Kind(enum.StrEnum):
+    """What became of one attempt; the journal's ``outcome`` and the metrics' label."""
+
     ACK = "ack"
     RETRY = "retry"
     DEAD = "dead"
     DROP = "drop"
+    RELEASE = "release"
+    """Handed back unseen (surplus of a wake-up, the app down): not an attempt where the
+    broker lets us avoid counting it (``Driver.release``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +35,11 @@ class Outcome:
     @classmethod
     def dead(cls, reason: str, http_status: int | None = None) -> Outcome:
         return cls(Kind.DEAD, http_status, reason)
+
+    @classmethod
+    def release(cls, reason: str) -> Outcome:
+        """Give the message back without the app having seen it; ``reason`` says why."""
+        return cls(Kind.RELEASE, None, reason)
 
     @classmethod
     def drop(cls, reason: str, http_status: int | None = None) -> Outcome:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from priority_pubsub.errors import ConfigError
 
 if TYPE_CHECKING:
+    from priority_pubsub.config import Settings
     from priority_pubsub.drivers.base import Driver
     from priority_pubsub.transforms.base import Transform
 
@@ -46,6 +47,21 @@ def driver_class(name: str) -> type[Driver]:
         return cast("type[Driver]", _load(DRIVER_GROUP, "driver", name))
     except ConfigError as exc:
         raise ConfigError(f"driver.type: {exc}") from None
+
+
+def build_driver(settings: Settings) -> Driver:
+    """The configured driver, constructed the one way every driver is: validated options of
+    its own model plus the deployment context (used by the sidecar and every CLI command)."""
+    from priority_pubsub.drivers.base import DriverContext
+
+    cls = driver_class(settings.driver.type)
+    options = cls.options_model.model_validate(settings.driver.options())
+    context = DriverContext(
+        queues=settings.queue_names,
+        dead_letter_queue=settings.dead_letter.queue if settings.dead_letter else None,
+        lease_duration_s=settings.lease.duration_s,
+    )
+    return cls(options, context)
 
 
 def transform_class(name: str) -> type[Transform]:

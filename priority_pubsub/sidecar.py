@@ -12,32 +12,22 @@ import contextlib
 import random
 import signal
 
+from priority_pubsub.backoff import Backoff
 from priority_pubsub.config import Settings
 from priority_pubsub.dispatcher import Dispatcher
-from priority_pubsub.drivers.base import DepthReporter, Driver, DriverContext, Pinger
+from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
 from priority_pubsub.errors import DriverError
 from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.journal import JournalWriter
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message
 from priority_pubsub.metrics import Metrics
-from priority_pubsub.plugins import driver_class
+from priority_pubsub.plugins import build_driver
 from priority_pubsub.server import OpsServer
 from priority_pubsub.watchdog import LoopWatchdog
 from priority_pubsub.worker import Worker
 
 log = get_logger(__name__)
-
-
-def build_driver(settings: Settings) -> Driver:
-    cls = driver_class(settings.driver.type)
-    options = cls.options_model.model_validate(settings.driver.options())
-    context = DriverContext(
-        queues=settings.queue_names,
-        dead_letter_queue=settings.dead_letter.queue if settings.dead_letter else None,
-        lease_duration_s=settings.lease.duration_s,
-    )
-    return cls(options, context)  # type: ignore[call-arg]
 
 
 class Sidecar:
@@ -111,7 +101,7 @@ class Sidecar:
             await self._close()
 
     async def _connect(self) -> None:
-        pause = 0.5
+        backoff = Backoff(initial_s=0.5, max_s=30.0)
         while not self._stop.is_set():
             try:
                 await self.driver.start()
@@ -122,13 +112,13 @@ class Sidecar:
             except DriverError as exc:
                 if not exc.retriable:
                     raise
-                log.warning("driver unavailable, retrying", error=str(exc), retry_in_s=pause)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 30.0)
+                log.warning("driver unavailable, retrying", error=str(exc),
+                            retry_in_s=backoff.next_s())
+                await backoff.sleep()
 
     async def _receive_loop(self) -> None:
         await self._connect()
-        pause = 0.5
+        backoff = Backoff(initial_s=0.5, max_s=30.0)
         while True:
             free = self.settings.concurrency - len(self._tasks)
             if free <= 0:
@@ -138,11 +128,11 @@ class Sidecar:
             try:
                 messages = await self.dispatcher.take(free)
             except DriverError as exc:
-                log.warning("receive failed, backing off", error=str(exc), retry_in_s=pause)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 30.0)
+                log.warning("receive failed, backing off", error=str(exc),
+                            retry_in_s=backoff.next_s())
+                await backoff.sleep()
                 continue
-            pause = 0.5
+            backoff.reset()
             for message in messages:
                 self._start_task(message)
 

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from priority_pubsub.backoff import Backoff
 from priority_pubsub.cloudevent import build_request, is_expired
 from priority_pubsub.config import Settings
 from priority_pubsub.drivers.base import Driver
@@ -86,7 +87,9 @@ class Worker:
         if message.defect is not None:
             return Outcome.dead(f"unreadable message: {message.defect}")
         max_attempts = self._settings.retry.max_attempts
-        if message.attempt > max_attempts:
+        # Where a release counts as an attempt (SQS, Pub/Sub, Service Bus), a count past the
+        # limit may be releases the app never saw: deliver once more, the answer decides.
+        if message.attempt > max_attempts and not self._driver.releases_count_as_attempts:
             return Outcome.dead(f"max attempts ({max_attempts}) exceeded before delivery")
         try:
             payload = self._chain(
@@ -140,6 +143,8 @@ class Worker:
             await self._driver.ack(message)
         elif outcome.kind is Kind.RETRY:
             await self._driver.retry(message, delay_s)
+        elif outcome.kind is Kind.RELEASE:
+            await self._driver.release(message, delay_s)
         elif self._driver.dead_letter_enabled:
             await self._driver.dead_letter(message, outcome.reason or outcome.kind.value)
         else:
@@ -147,18 +152,17 @@ class Worker:
             await self._driver.ack(message)
 
     async def _with_retries(self, message: Message, call: _Call) -> None:
-        pause = 0.1
+        backoff = Backoff(initial_s=0.1, max_s=5.0)
         while True:
             try:
                 await call()
                 return
             except DriverError as exc:
-                if not exc.retriable or message.lease.remaining_s() < pause:
+                if not exc.retriable or message.lease.remaining_s() < backoff.next_s():
                     raise
                 log.warning("settle failed, retrying", message_id=message.id,
                             queue=message.queue, error=str(exc))
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 5.0)
+                await backoff.sleep()
 
     def _record(self, attempt: Attempt, outcome: Outcome) -> None:
         message = attempt.message

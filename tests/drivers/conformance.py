@@ -113,6 +113,22 @@ class DriverConformance:
         assert second.attempt == first.attempt + 1
         await driver.ack(second)
 
+    async def test_release_returns_the_message_at_once_uncounted_if_it_can(
+        self, harness: DriverHarness
+    ) -> None:
+        driver = await harness.make_driver(harness.lease_s * 5)
+        await harness.publish(harness.queues[0], b"unseen", {})
+        [first] = await receive_all(driver, harness.queues[0], 1)
+        await driver.release(first)
+        await asyncio.sleep(harness.settle_s)
+        [again] = await receive_all(driver, harness.queues[0], 1)
+        assert again.body == b"unseen"
+        # What each broker counts (README "What counts as an attempt"): the local driver undoes
+        # the claim; SQS, Pub/Sub and Service Bus cannot, and say so.
+        counted = 1 if type(driver).releases_count_as_attempts else 0
+        assert again.attempt == first.attempt + counted
+        await driver.ack(again)
+
     async def test_retry_with_delay_hides_message_until_due(self, harness: DriverHarness) -> None:
         driver = await harness.make_driver(harness.lease_s * 5)
         await harness.publish(harness.queues[0], b"later", {})

@@ -34,7 +34,7 @@ class FakeDriver:
                                  Lease(None, 0)))
         return taken
 
-    async def retry(self, message: Message, delay_s: float) -> None:
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
         self.returned.append(message.id)
         self.queues[message.queue].appendleft(message.id)
 

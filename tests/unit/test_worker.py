@@ -18,6 +18,7 @@ from priority_pubsub.worker import Worker
 class RecordingDriver:
     name = "fake"
     dead_letter_enabled = True
+    releases_count_as_attempts = False
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
@@ -27,6 +28,9 @@ class RecordingDriver:
 
     async def retry(self, message: Message, delay_s: float) -> None:
         self.calls.append(("retry", delay_s))
+
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
+        self.calls.append(("release", delay_s))
 
     async def dead_letter(self, message: Message, reason: str) -> None:
         self.calls.append(("dead_letter", reason))
