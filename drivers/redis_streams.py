@@ -44,7 +44,7 @@ is not a JSON object of strings is delivered to no app; it is dead-lettered with
 Connection: ``url`` (``redis://``, ``rediss://`` for TLS, ``unix://``) is a secret: its
 password is masked wherever the config is printed; ``password``/``username`` may come
 separately (``PRIORITY_PUBSUB_DRIVER__PASSWORD``). Every Redis error is mapped once, in
-``_driver_error``: connection trouble and a loading server are retriable
+``map_error``: connection trouble and a loading server are retriable
 (``DriverUnavailable``), anything else terminal. redis-py retries a call once, at once, after
 a connection error (a pooled connection the server closed, e.g. across a restart); beyond
 that the worker retries settles and the sidecar reconnects. A script repeated because its
@@ -58,7 +58,9 @@ stream names are not hash-tagged) and Sentinel.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import math
 import os
 import socket
 import time
@@ -75,21 +77,26 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from priority_pubsub.drivers import redis_scripts
-from priority_pubsub.drivers.base import DriverContext, DriverOptions, QueueDepth
+from priority_pubsub.drivers.base import (
+    CONTENT_TYPE_ATTRIBUTE,
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    DriverContext,
+    DriverOptions,
+    QueueDepth,
+    live_token,
+    map_errors,
+    own_options,
+)
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Lease, Message, now_ms
 
-__all__ = ["DEAD_LETTER_REASON", "DEAD_LETTER_SOURCE", "RedisDriver", "RedisLease",
-           "RedisOptions", "masked_url"]
+__all__ = ["RedisDriver", "RedisLease", "RedisOptions", "map_error", "masked_url"]
 
-DEAD_LETTER_REASON = "dead_letter_reason"
-DEAD_LETTER_SOURCE = "dead_letter_source"
 DATA_FIELD = b"data"
 METADATA_FIELD = b"metadata"
 MALFORMED_METADATA_FIELD = b"malformed_metadata"
-CONTENT_TYPE_ATTRIBUTE = "content-type"
-"""``publish(content_type=...)`` travels as this metadata key (Dapr's layout has none)."""
 PARKED_SUFFIX = ":parked"
 _SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -159,11 +166,11 @@ class RedisDriver:
 
     name: ClassVar[str] = "redis"
     options_model: ClassVar[type[DriverOptions]] = RedisOptions
+    releases_count_as_attempts: ClassVar[bool] = False
+    """A release hands the entry back with its delivery count lowered by one."""
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        if not isinstance(options, RedisOptions):
-            options = RedisOptions.model_validate(options.model_dump())
-        self.options = options
+        self.options = options = own_options(options, RedisOptions)
         self.context = context
         self.consumer = options.consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.parked = options.group + PARKED_SUFFIX
@@ -224,13 +231,13 @@ class RedisDriver:
 
     async def _declare(self, stream: str) -> None:
         """Stream and group, from the stream's start; an existing group is left as it is."""
-        try:
-            await self._client.xgroup_create(stream, self.options.group, id="0", mkstream=True)
-        except redis_errors.ResponseError as exc:
-            if not str(exc).startswith("BUSYGROUP"):
-                _raise(exc, f"declare group {self.options.group!r} on stream {stream!r}")
-        except (redis_errors.RedisError, OSError) as exc:
-            _raise(exc, f"declare stream {stream!r}")
+        with _redis_errors(f"declare group {self.options.group!r} on stream {stream!r}"):
+            try:
+                await self._client.xgroup_create(stream, self.options.group, id="0",
+                                                 mkstream=True)
+            except redis_errors.ResponseError as exc:
+                if not str(exc).startswith("BUSYGROUP"):
+                    raise
         self._declared.add(stream)
 
     # -- consuming -------------------------------------------------------------------------
@@ -290,17 +297,11 @@ class RedisDriver:
     async def _wait_for_entry(self, queue: str, last_id: str, timeout_s: float) -> None:
         """Block until an entry after ``last_id`` is added (or the timeout): takes nothing."""
         block_ms = max(1, int(timeout_s * 1000))
-        try:
-            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation
-            # that arrives as the read completes, and the sidecar's shutdown would hang.
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation that
+        # arrives as the read completes, and the sidecar's shutdown would hang.
+        with _redis_errors(f"wait on stream {queue!r}"):
             async with asyncio.timeout(timeout_s + self.options.call_timeout_s):
                 await self._waiter.xread({queue: last_id}, block=block_ms, count=1)
-        except TimeoutError:
-            raise DriverUnavailable(
-                f"redis: XREAD on {queue!r} did not answer within its block time"
-            ) from None
-        except (redis_errors.RedisError, OSError) as exc:
-            _raise(exc, f"wait on stream {queue!r}")
 
     def _message(self, queue: str, entry: list[Any], received_ms: int) -> Message:
         raw_id, flat, deliveries = entry
@@ -325,7 +326,7 @@ class RedisDriver:
     # -- settling --------------------------------------------------------------------------
 
     async def ack(self, message: Message) -> None:
-        lease = _lease(message)
+        lease = _lease(message, "ack")
         state = await self._script("ACK", lease.stream, [lease.stream], [
             *self._owner_args(lease), int(self.options.delete_on_ack)])
         if state < 0:  # 0: no longer pending, i.e. already acked (a repeated ack)
@@ -339,7 +340,7 @@ class RedisDriver:
         await self._park(message, "release", delay_s, counted=False)
 
     async def _park(self, message: Message, verb: str, delay_s: float, *, counted: bool) -> None:
-        lease = _lease(message)
+        lease = _lease(message, verb)
         retry_count = lease.deliveries if counted else max(0, lease.deliveries - 1)
         state = await self._script(
             "PARK", lease.stream, [lease.stream, self._parked_set(lease.stream)],
@@ -349,7 +350,7 @@ class RedisDriver:
             _lost(verb, message)
 
     async def extend(self, message: Message, duration_s: float) -> None:
-        lease = _lease(message)
+        lease = _lease(message, "extend")
         started = now_ms()
         state = await self._script("EXTEND", lease.stream, [lease.stream],
                                    self._owner_args(lease))
@@ -361,7 +362,7 @@ class RedisDriver:
         target = self.context.dead_letter_queue
         if target is None:
             raise DriverError("dead_letter: no dead_letter.queue configured")
-        lease = _lease(message)
+        lease = _lease(message, "dead_letter")
         fields = self._dead_letter_fields(message, lease, reason)
         state = await self._script("DEAD_LETTER", lease.stream, [lease.stream, target], [
             *self._owner_args(lease), int(self.options.delete_on_ack), *fields])
@@ -393,14 +394,12 @@ class RedisDriver:
         group = await self._group_info(queue)
         parked_set = self._parked_set(queue)
         now = now_ms()
-        try:
+        with _redis_errors(f"depth of {queue!r}"):
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.zcard(parked_set)
                 pipe.zcount(parked_set, "-inf", now)
                 pipe.xrange(queue, min=f"({group['last-delivered-id']}", count=1)
                 parked, due, oldest = await pipe.execute()
-        except (redis_errors.RedisError, OSError) as exc:
-            _raise(exc, f"depth of {queue!r}")
         lag = group.get("lag")
         age = None
         if oldest:
@@ -414,14 +413,13 @@ class RedisDriver:
     async def _group_info(self, queue: str) -> dict[str, Any]:
         for attempt in range(2):
             try:
-                groups = await self._client.xinfo_groups(queue)
-            except redis_errors.ResponseError as exc:
-                if attempt == 0 and "no such key" in str(exc).lower():
+                with _redis_errors(f"depth of {queue!r}"):
+                    groups = await self._client.xinfo_groups(queue)
+            except DriverError as exc:
+                if attempt == 0 and _missing(exc):
                     await self._declare(queue)
                     continue
-                _raise(exc, f"depth of {queue!r}")
-            except (redis_errors.RedisError, OSError) as exc:
-                _raise(exc, f"depth of {queue!r}")
+                raise
             for group in groups:
                 if _text(group["name"]) == self.options.group:
                     return {_text(k): v for k, v in group.items()} | {
@@ -448,20 +446,16 @@ class RedisDriver:
                 f"publish: {size} bytes exceeds driver.max_message_bytes "
                 f"({self.options.max_message_bytes})"
             )
-        try:
+        with _redis_errors(f"publish to {queue!r}"):
             entry_id = await self._client.xadd(
                 queue, fields,  # type: ignore[arg-type]  # bytes keys are fine on the wire
                 maxlen=self.options.max_len_approx, approximate=True,
             )
-        except (redis_errors.RedisError, OSError) as exc:
-            _raise(exc, f"publish to {queue!r}")
         return _text(entry_id)
 
     async def ping(self) -> None:
-        try:
+        with _redis_errors("ping"):
             await self._client.ping()
-        except (redis_errors.RedisError, OSError) as exc:
-            _raise(exc, "ping")
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -470,16 +464,15 @@ class RedisDriver:
         stream deleted) is declared again, once, as Dapr does on NOGROUP."""
         for attempt in range(2):
             try:
-                return await self._scripts[name](keys=keys, args=args)
-            except redis_errors.ResponseError as exc:
-                if attempt == 0 and ("NOGROUP" in str(exc) or "no such key" in str(exc)):
+                with _redis_errors(f"{name.lower()} on {stream!r}"):
+                    return await self._scripts[name](keys=keys, args=args)
+            except DriverError as exc:
+                if attempt == 0 and _missing(exc):
                     log.warning("redis group missing: declaring it again", stream=stream,
                                 group=self.options.group)
                     await self._declare(stream)
                     continue
-                _raise(exc, f"{name.lower()} on {stream!r}")
-            except (redis_errors.RedisError, OSError) as exc:
-                _raise(exc, f"{name.lower()} on {stream!r}")
+                raise
         raise AssertionError("unreachable")
 
     def _parked_set(self, stream: str) -> str:
@@ -501,14 +494,15 @@ def _attributes(raw: bytes | None) -> tuple[dict[str, str], str | None]:
     return value, None
 
 
-def _lease(message: Message) -> RedisLease:
-    token = message.lease.token
-    if not isinstance(token, RedisLease):
-        raise DriverError(f"message {message.id} was not received by the redis driver")
-    return token
+def _lease(message: Message, verb: str) -> RedisLease:
+    """The token; the lease's deadline is not checked here: every settle asks Redis, in the
+    same atomic step, whether the entry is still this consumer's (a late ack of an entry
+    nobody reclaimed is still right)."""
+    return live_token(message, RedisLease, verb, grace_ms=math.inf)
 
 
 def _lost(verb: str, message: Message) -> NoReturn:
+    message.lease.lost = True
     raise LeaseLost(
         f"{verb}: message {message.id} on {message.queue} is no longer held by this consumer "
         "(its lease lapsed and another consumer reclaimed it, or it was settled)"
@@ -519,12 +513,18 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _raise(exc: BaseException, action: str) -> NoReturn:
-    raise _driver_error(exc, action) from exc
+def _missing(exc: DriverError) -> bool:
+    """The stream or the group is gone (deleted, or Redis lost its data)."""
+    cause = exc.__cause__
+    return isinstance(cause, redis_errors.ResponseError) and (
+        "NOGROUP" in str(cause) or "no such key" in str(cause).lower())
 
 
-def _driver_error(exc: BaseException, action: str) -> DriverError:
-    """The one place Redis errors become project errors: retriable or terminal."""
+def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverError:
+    """The one place Redis errors become project errors: retriable or terminal.
+
+    ``settling`` changes nothing: a lost lease shows as a script's answer, not as an error.
+    """
     if isinstance(exc, redis_errors.AuthenticationError | redis_errors.AuthorizationError):
         return DriverError(f"redis: {action}: not allowed: {exc}", retriable=False)
     if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError | OSError):
@@ -533,3 +533,7 @@ def _driver_error(exc: BaseException, action: str) -> DriverError:
             ("LOADING", "MASTERDOWN", "TRYAGAIN", "READONLY")):
         return DriverUnavailable(f"redis: {action}: {exc}")
     return DriverError(f"redis: {action}: {exc}", retriable=False)
+
+
+_redis_errors = functools.partial(
+    map_errors, map_error, catch=(redis_errors.RedisError, OSError, TimeoutError))

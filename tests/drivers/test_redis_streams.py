@@ -17,14 +17,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from priority_pubsub.config import validate_config
-from priority_pubsub.drivers.base import DriverContext
-from priority_pubsub.drivers.redis_streams import (
-    DEAD_LETTER_REASON,
-    DEAD_LETTER_SOURCE,
-    RedisDriver,
-    RedisOptions,
-    masked_url,
-)
+from priority_pubsub.drivers.base import DEAD_LETTER_REASON, DEAD_LETTER_SOURCE, DriverContext
+from priority_pubsub.drivers.redis_streams import RedisDriver, RedisOptions, masked_url
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
 from tests.support.redis_server import OwnRedis, unique
