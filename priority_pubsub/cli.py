@@ -10,12 +10,16 @@ import json
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
 from priority_pubsub.config import Settings, load_config
+from priority_pubsub.dapr.flags import DaprdFlags, reject_unknown
 from priority_pubsub.errors import ConfigError, PriorityPubsubError
+
+if TYPE_CHECKING:
+    from priority_pubsub.dapr.setup import Loaded
 
 T = TypeVar("T")
 app = typer.Typer(
@@ -44,6 +48,49 @@ def _settings(path: Path | None) -> Settings:
         _fail(f"invalid config: {exc}", 2)
 
 
+_DAPRD = "daprd flags"
+AppIdOption = Annotated[str | None, typer.Option(
+    "--app-id", help="daprd's app id: Dapr mode (with --resources-path).",
+    rich_help_panel=_DAPRD)]
+ResourcesOption = Annotated[list[str] | None, typer.Option(
+    "--resources-path", help="Dapr resources directory (repeatable), as daprd's.",
+    rich_help_panel=_DAPRD)]
+AppPortOption = Annotated[int | None, typer.Option(
+    "--app-port", help="The app listens on http://127.0.0.1:PORT.", rich_help_panel=_DAPRD)]
+StrOption = Annotated[str | None, typer.Option(rich_help_panel=_DAPRD)]
+IntOption = Annotated[int | None, typer.Option(rich_help_panel=_DAPRD)]
+BoolOption = Annotated[bool | None, typer.Option(rich_help_panel=_DAPRD)]
+ListOption = Annotated[list[str] | None, typer.Option(rich_help_panel=_DAPRD)]
+_EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _loaded(config: Path | None, flags: DaprdFlags, *, reach_app: bool) -> Loaded:
+    from priority_pubsub.dapr.setup import load
+
+    try:
+        return load(config, flags, reach_app=reach_app)
+    except ConfigError as exc:
+        _fail(f"invalid config: {exc}", 2)
+    except PriorityPubsubError as exc:
+        _fail(str(exc), 1)
+
+
+def _flags(ctx: typer.Context, **given: Any) -> DaprdFlags:
+    try:
+        reject_unknown(list(ctx.args))
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+    health = {name: value for name, value in given.items()
+              if name.startswith("--") and value is not None}
+    return DaprdFlags(
+        app_id=given["app_id"], app_port=given["app_port"], app_protocol=given["app_protocol"],
+        resources_path=list(given["resources_path"] or []),
+        app_max_concurrency=given["app_max_concurrency"],
+        graceful_shutdown_s=given["dapr_graceful_shutdown_seconds"],
+        log_level=given["log_level"],
+        disable_init_endpoints=list(given["disable_init_endpoints"] or []), health=health)
+
+
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     try:
         import uvloop
@@ -61,37 +108,98 @@ def _run_reporting(coro: Coroutine[Any, Any, T]) -> T:
         _fail(str(exc), 1)
 
 
-@app.command()
-def run(config: ConfigOption = None) -> None:
-    """Run the sidecar until SIGTERM/SIGINT; unfinished messages go back to their queue."""
+@app.command(context_settings=_EXTRA)
+def run(
+    ctx: typer.Context,
+    config: ConfigOption = None,
+    app_id: AppIdOption = None,
+    resources_path: ResourcesOption = None,
+    app_port: AppPortOption = None,
+    app_protocol: StrOption = None,
+    app_max_concurrency: IntOption = None,
+    dapr_graceful_shutdown_seconds: IntOption = None,
+    log_level: StrOption = None,
+    disable_init_endpoints: ListOption = None,
+    enable_app_health_check: BoolOption = None,
+    app_health_check_path: StrOption = None,
+    app_health_probe_interval: IntOption = None,
+    app_health_probe_timeout: IntOption = None,
+    app_health_threshold: IntOption = None,
+) -> None:
+    """Run the sidecar until SIGTERM/SIGINT; unfinished messages go back to their queue.
+
+    With --resources-path and --app-id (or a dapr: section) it reads the Dapr setup instead
+    of queues: a daprd command line works with only the binary name changed."""
     from priority_pubsub.logs import configure_logging
     from priority_pubsub.sidecar import Sidecar
 
-    settings = _settings(config)
+    flags = _flags(ctx, **_daprd_arguments(locals()))
+    loaded = _loaded(config, flags, reach_app=True)
+    settings = loaded.settings
     configure_logging(settings.log.level, settings.log.format)
 
     async def serve() -> None:  # built inside: a driver may refuse its options (exit 2)
-        await Sidecar(settings).run()
+        if loaded.plan is None:
+            await Sidecar(settings).run()
+            return
+        from priority_pubsub.dapr.runtime import report, run_dapr
+
+        report(loaded.plan, loaded.warnings)
+        await run_dapr(settings, loaded.plan)
 
     _run_reporting(serve())
 
 
-@app.command()
+def _daprd_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The daprd flags among a command's arguments; health flags keyed by their flag name."""
+    health = ("enable_app_health_check", "app_health_check_path", "app_health_probe_interval",
+              "app_health_probe_timeout", "app_health_threshold")
+    given = {key: value for key, value in arguments.items()
+             if key not in ("ctx", "config", "offline", *health)}
+    given.update({"--" + key.replace("_", "-"): arguments[key] for key in health})
+    return given
+
+
+@app.command(context_settings=_EXTRA)
 def check(
+    ctx: typer.Context,
     config: ConfigOption = None,
     offline: Annotated[bool, typer.Option(
         help="Only validate (config, driver options, transforms); reach nothing. For CI and "
         "for rendered manifests.")] = False,
+    app_id: AppIdOption = None,
+    resources_path: ResourcesOption = None,
+    app_port: AppPortOption = None,
+    app_protocol: StrOption = None,
+    app_max_concurrency: IntOption = None,
+    dapr_graceful_shutdown_seconds: IntOption = None,
+    log_level: StrOption = None,
+    disable_init_endpoints: ListOption = None,
+    enable_app_health_check: BoolOption = None,
+    app_health_check_path: StrOption = None,
+    app_health_probe_interval: IntOption = None,
+    app_health_probe_timeout: IntOption = None,
+    app_health_threshold: IntOption = None,
 ) -> None:
-    """Validate the config, reach the driver and the app, print the config (secrets masked)."""
+    """Validate the config, reach the driver and the app, print the config (secrets masked).
+
+    In Dapr mode also check every subscription's routes against the app."""
     from priority_pubsub.ops import check_reachability
 
-    settings = _settings(config)
+    flags = _flags(ctx, **_daprd_arguments(locals()))
+    loaded = _loaded(config, flags, reach_app=not offline)
+    settings = loaded.settings
     typer.echo(json.dumps(settings.printable(), indent=2))
+    for warning in loaded.warnings:
+        typer.echo(f"WARN {warning}", err=True)
     if offline:
         typer.echo("OK: config valid (offline: driver and app not contacted)", err=True)
         return
     problems = _run_reporting(check_reachability(settings))
+    if loaded.plan is not None:
+        from priority_pubsub.dapr.check import missing_routes
+
+        problems += _run_reporting(missing_routes(loaded.plan, settings.app.url))
     for problem in problems:
         typer.echo(f"FAIL {problem}", err=True)
     if problems:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -107,13 +108,13 @@ def build_request(
     return AppRequest(body, headers, event)
 
 
-def metadata_headers(attributes: dict[str, str]) -> dict[str, str]:
-    """Message attributes as ``metadata.<name>`` headers; names that are not valid header
+def metadata_headers(attributes: Mapping[str, str], prefix: str = "metadata.") -> dict[str, str]:
+    """Message attributes as ``<prefix><name>`` headers; names that are not valid header
     tokens are skipped and values are kept on one line (a header cannot carry CR/LF)."""
     headers: dict[str, str] = {}
     for name, value in attributes.items():
         if _HEADER_NAME.match(name):
-            headers[f"metadata.{name}"] = " ".join(str(value).splitlines())
+            headers[f"{prefix}{name}"] = " ".join(str(value).splitlines())
     return headers
 
 

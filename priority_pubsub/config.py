@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from priority_pubsub.backoff import compute_backoff
+from priority_pubsub.dapr.options import DaprConfig
 from priority_pubsub.errors import ConfigError
 
 ENV_PREFIX = "PRIORITY_PUBSUB"
@@ -152,6 +153,8 @@ class Settings(_Strict):
     server: ServerConfig = ServerConfig()
     journal: JournalConfig | None = None
     log: LogConfig = LogConfig()
+    dapr: DaprConfig | None = None
+    """Dapr mode: queues, driver and routes come from the Dapr resources (priority_pubsub.dapr)."""
 
     @model_validator(mode="after")
     def _distinct_queues(self) -> Settings:
@@ -216,6 +219,7 @@ def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
 def _read_with_dynaconf(config_path: Path) -> dict[str, Any]:
     if not config_path.is_file():
         raise ConfigError(f"config file not found: {config_path}")
+    _refuse_dapr_manifest(config_path)
     from dynaconf import Dynaconf  # imported here: a second or two off `--help`
 
     try:
@@ -230,6 +234,21 @@ def _read_with_dynaconf(config_path: Path) -> dict[str, Any]:
     settings = {str(key).lower(): _env_keys_lowered(value) for key, value in data.items()}
     _secrets_verbatim_from_env(settings)
     return settings
+
+
+read_config_file = _read_with_dynaconf
+"""The config file as a dict, environment overrides applied, not yet validated."""
+
+
+def _refuse_dapr_manifest(config_path: Path) -> None:
+    from priority_pubsub.dapr.manifests import dapr_manifest_kind
+
+    kind = dapr_manifest_kind(config_path)
+    if kind is not None:
+        raise ConfigError(
+            f"{config_path} is a Dapr {kind} manifest, not a priority-pubsub config: pass its "
+            "directory as --resources-path DIR (with --app-id ID), or set dapr.resources_path"
+        )
 
 
 # Secrets are text: dynaconf would parse a token of digits ("1234") as an int and "1e5" as a
@@ -275,3 +294,7 @@ def _validate_plugins(settings: Settings) -> None:
             transform_class(name)
         except ConfigError as exc:
             raise ConfigError(f"transforms.{index}: {exc}") from None
+
+
+validate_plugins = _validate_plugins
+"""Driver options and transform names checked against the installed plugins."""

@@ -15,10 +15,18 @@ from priority_pubsub.config import AppConfig
 from priority_pubsub.outcome import Outcome
 
 
-def classify(status: int, body: bytes, fatal_codes: tuple[int, ...]) -> Outcome:
-    """Dapr's response table (DESIGN §4), exactly."""
+def classify(
+    status: int, body: bytes, fatal_codes: tuple[int, ...], *, exact_status: bool = False
+) -> Outcome:
+    """The app's answer as an outcome (DESIGN §4), following daprd's HTTP subscriber
+    (dapr ``pkg/runtime/subscription/postman/http/http.go``): any 2xx whose body is not a JSON
+    object, or whose ``status`` is empty or SUCCESS, acks; RETRY and unknown statuses retry;
+    DROP and 404 drop; every other code retries. Two differences, both native conveniences:
+    ``fatal_codes`` (empty in Dapr mode) dead-letter at once, and status strings match
+    case-insensitively unless ``exact_status`` (Dapr mode: daprd compares exactly).
+    """
     if 200 <= status < 300:
-        return _classify_success(status, body)
+        return _classify_success(status, body, exact_status)
     if status == 404:
         return Outcome.drop("app returned 404", status)
     if status in fatal_codes:
@@ -26,7 +34,7 @@ def classify(status: int, body: bytes, fatal_codes: tuple[int, ...]) -> Outcome:
     return Outcome.retry(f"app returned {status}", status)
 
 
-def _classify_success(status: int, body: bytes) -> Outcome:
+def _classify_success(status: int, body: bytes, exact_status: bool) -> Outcome:
     try:
         document = json.loads(body) if body.strip() else None
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -34,11 +42,12 @@ def _classify_success(status: int, body: bytes) -> Outcome:
     if not isinstance(document, dict):
         return Outcome.ack(status)
     answer = document.get("status")
-    if answer is None or answer == "" or str(answer).upper() == "SUCCESS":
+    word = str(answer) if exact_status else str(answer).upper()
+    if answer is None or answer == "" or word == "SUCCESS":
         return Outcome.ack(status)
-    if str(answer).upper() == "DROP":
+    if word == "DROP":
         return Outcome.drop("app answered DROP", status)
-    if str(answer).upper() == "RETRY":
+    if word == "RETRY":
         return Outcome.retry("app answered RETRY", status)
     return Outcome.retry(f"app answered unknown status {str(answer)[:40]!r}", status)
 
@@ -46,9 +55,10 @@ def _classify_success(status: int, body: bytes) -> Outcome:
 class Forwarder:
     """Posts requests to the app; every failure becomes an ``Outcome``, never an exception."""
 
-    def __init__(self, app: AppConfig, concurrency: int) -> None:
+    def __init__(self, app: AppConfig, concurrency: int, *, exact_status: bool = False) -> None:
         self._app = app
         self._concurrency = concurrency
+        self._exact_status = exact_status
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -71,7 +81,8 @@ class Forwarder:
         try:
             async with self._session.post(url, data=request.body, headers=request.headers) as rsp:
                 body = await rsp.content.read(self._app.max_response_bytes)
-                return classify(rsp.status, body, self._app.fatal_codes)
+                return classify(rsp.status, body, self._app.fatal_codes,
+                                exact_status=self._exact_status)
         except TimeoutError:
             return Outcome.retry(f"app did not answer within {self._app.timeout_s:g}s")
         except aiohttp.ClientError as exc:

@@ -14,6 +14,7 @@ import signal
 
 from priority_pubsub.backoff import Backoff
 from priority_pubsub.config import Settings
+from priority_pubsub.delivery import Delivery
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
 from priority_pubsub.errors import DriverError
@@ -32,18 +33,21 @@ log = get_logger(__name__)
 
 class Sidecar:
     def __init__(
-        self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None
+        self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None,
+        delivery: Delivery | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
-        self.forwarder = Forwarder(settings.app, settings.concurrency)
+        self.forwarder = Forwarder(settings.app, settings.concurrency,
+                                   exact_status=settings.dapr is not None)
         self.journal = (
             JournalWriter(settings.journal.path, settings.journal.rotate_mb)
             if settings.journal else None
         )
         self.dispatcher = Dispatcher(settings, self.driver, self.metrics, rng)
-        self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal)
+        self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal,
+                             delivery)
         self.server = OpsServer(self)
         self.watchdog = LoopWatchdog(settings.server.stall_after_s)
         self.connected = False

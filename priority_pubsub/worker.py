@@ -11,11 +11,10 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from priority_pubsub.backoff import Backoff
-from priority_pubsub.cloudevent import build_request, is_expired
 from priority_pubsub.config import Settings
+from priority_pubsub.delivery import Delivery, DropHandler, NativeDelivery
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.errors import DriverError, LeaseLost, TransformError
 from priority_pubsub.forwarder import Forwarder
@@ -49,6 +48,7 @@ class Worker:
         forwarder: Forwarder,
         metrics: Metrics,
         journal: JournalWriter | None,
+        delivery: Delivery | None = None,
     ) -> None:
         self._settings = settings
         self._driver = driver
@@ -56,8 +56,7 @@ class Worker:
         self._metrics = metrics
         self._journal = journal
         self._chain = TransformChain.from_names(settings.transforms)
-        self._routes = {q.name: settings.app.url + q.route for q in settings.queues}
-        self._token = settings.app.api_token.get_secret_value()
+        self._delivery = delivery or NativeDelivery(settings)
         self._log_successes = settings.log.level == "debug"
 
     async def handle(self, message: Message) -> None:
@@ -97,14 +96,12 @@ class Worker:
             )
         except TransformError as exc:
             return Outcome.dead(f"transform failed: {exc}")
-        request = build_request(
-            message, payload, delivery=self._settings.app.delivery, api_token=self._token
-        )
-        if is_expired(request.event, datetime.now(UTC)):
-            return Outcome.drop("expired: CloudEvent expiration has passed")
+        prepared = self._delivery.prepare(message, payload)
+        if isinstance(prepared, Outcome):
+            return prepared
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
-        outcome = await self._forwarder.forward(self._routes[message.queue], request)
+        outcome = await self._forwarder.forward(prepared.url, prepared.request)
         self._metrics.queue(message.queue, message.priority).forward_seconds.observe(
             time.perf_counter() - started
         )
@@ -145,6 +142,8 @@ class Worker:
             await self._driver.retry(message, delay_s)
         elif outcome.kind is Kind.RELEASE:
             await self._driver.release(message, delay_s)
+        elif outcome.kind is Kind.DROP and isinstance(self._driver, DropHandler):
+            await self._driver.drop(message, outcome.reason or outcome.kind.value)
         elif self._driver.dead_letter_enabled:
             await self._driver.dead_letter(message, outcome.reason or outcome.kind.value)
         else:

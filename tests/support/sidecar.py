@@ -79,7 +79,7 @@ class SidecarProcess:
     """``priority-pubsub run`` in a subprocess with its own ops port and captured logs."""
 
     def __init__(self, directory: Path, config: dict[str, Any], name: str = "sidecar",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         config = {**config, "server": {**config.get("server", {}), "port": self.port}}
         self.config_path = write_config(directory, config, f"{name}.yaml")
@@ -87,7 +87,8 @@ class SidecarProcess:
         self._env = {**os.environ, **(env or {})}
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "priority_pubsub", "run", "-c", str(self.config_path)],
+            [sys.executable, "-m", "priority_pubsub", "run", "-c", str(self.config_path),
+             *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=self._env,
         )
 
@@ -138,9 +139,9 @@ class SidecarProcess:
 
 
 def start_sidecar(directory: Path, config: dict[str, Any], ready_timeout_s: float = 20,
-                  name: str = "sidecar") -> SidecarProcess:
+                  name: str = "sidecar", args: tuple[str, ...] = ()) -> SidecarProcess:
     """``priority-pubsub run`` in a subprocess, returned once ``/readyz`` answers 200."""
-    sidecar = SidecarProcess(directory, config, name=name)
+    sidecar = SidecarProcess(directory, config, name=name, args=args)
     sidecar.wait_ready(timeout_s=ready_timeout_s)
     return sidecar
 

@@ -78,7 +78,7 @@ async def test_an_internal_error_retries_then_dead_letters(
     def explode(*_: object, **__: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("priority_pubsub.worker.build_request", explode)
+    monkeypatch.setattr("priority_pubsub.delivery.build_request", explode)
     await subject.handle(message(attempt))
     assert len(driver.calls) == 1
     if expected == "dead_letter":

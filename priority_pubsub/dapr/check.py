@@ -1,0 +1,31 @@
+"""``check`` in Dapr mode: every route of every subscription must exist on the app, or each
+message would get 404 and be dropped. A route is probed with ``OPTIONS``: frameworks answer
+404 for a path they do not serve and 200/204/405 for one they do, without running the
+handler."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from priority_pubsub.dapr.plan import DaprPlan
+from priority_pubsub.dapr.routing import app_path
+
+
+async def missing_routes(plan: DaprPlan, app_url: str, timeout_s: float = 5) -> list[str]:
+    problems: list[str] = []
+    base = app_url.rstrip("/")
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for topic, subscription in plan.subscriptions.items():
+            for path in dict.fromkeys(app_path(rule.path) for rule in subscription.rules):
+                where = f"route {path} (topic {topic}, {subscription.source})"
+                try:
+                    async with session.options(base + path) as response:
+                        status = response.status
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    problems.append(f"{where}: app unreachable ({type(exc).__name__})")
+                    continue
+                if status == 404:
+                    problems.append(f"{where}: the app answers 404 (no such path): every "
+                                    "event would be dropped")
+    return problems

@@ -1,0 +1,193 @@
+"""Which driver serves which Dapr pub/sub component type, and how the component's settings
+map onto this project's: one small class per component type, in one registry.
+
+A new driver adds its component type with ``register(MyKind())`` (the Redis and RabbitMQ
+drivers add ``pubsub.redis`` and ``pubsub.rabbitmq`` this way). A kind says: the driver and
+its options, the settings the component's metadata governs (retries, lease, dead letters),
+the queue a topic is read from, and how a received body becomes the bytes and metadata
+daprd's component hands to the runtime (``unwrap``). Provisioning entities and publishing to
+dead-letter topics are optional abilities (``snssqs`` has both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from priority_pubsub.dapr.naming import per_topic_queue
+from priority_pubsub.transforms.base import Payload
+
+
+@dataclass(frozen=True)
+class ComponentContext:
+    """A component as this app sees it: its name (the ``pubsubname``), type, metadata with
+    secrets resolved, and the app id (daprd's default ``consumerID``)."""
+
+    name: str
+    type: str
+    metadata: Mapping[str, str]
+    app_id: str
+    source: str = ""
+
+    @property
+    def consumer_id(self) -> str:
+        return self.metadata.get("consumerID") or self.app_id
+
+    def flag(self, key: str) -> bool:
+        return self.metadata.get(key, "").strip().lower() in ("true", "1", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """What a component contributes to the settings (config.yaml wins over every key)."""
+
+    driver: dict[str, Any]
+    settings: dict[str, Any] = field(default_factory=dict)
+    honoured: frozenset[str] = frozenset()
+    """Metadata keys acted on; every other key gets a "read but not honoured" warning."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """Variables for this process (credentials the driver's SDK chain reads first)."""
+
+
+@dataclass(frozen=True)
+class Unwrapped:
+    """What daprd's component hands the runtime for one message (``pubsub.NewMessage``)."""
+
+    data: bytes
+    topic_key: str | None = None
+    """The topic the broker says the message came from, as the broker names it (SNS: the
+    sanitised name in ``TopicArn``); None when the queue has one topic."""
+    metadata: dict[str, str] = field(default_factory=dict)
+    content_type: str | None = None
+
+
+class Entities(Protocol):
+    """Optional ability of a kind: create what daprd creates at start, publish to a topic."""
+
+    def ensure(self, queues: list[tuple[str, tuple[str, ...]]],
+               dead_letter_queue: str | None) -> None: ...
+
+    def publish(self, topic: str, data: bytes) -> None: ...
+
+
+class ComponentKind:
+    """The base: one queue per topic named ``{consumerID}-{topic}``, the body as data."""
+
+    type: ClassVar[str] = ""
+    driver: ClassVar[str] = ""
+
+    def map(self, component: ComponentContext) -> Mapped:
+        return Mapped({"type": self.driver})
+
+    def queue_for(self, component: ComponentContext, topic: str) -> str:
+        return per_topic_queue(component.consumer_id, topic)
+
+    def shared_queue(self, component: ComponentContext) -> str | None:
+        """The one queue daprd reads every topic from, if the component shares one."""
+        return None
+
+    def topic_key(self, topic: str) -> str:
+        """How a topic is named where a message carries it (see ``Unwrapped.topic_key``)."""
+        return topic
+
+    def unwrap(self, component: ComponentContext, payload: Payload) -> Unwrapped:
+        """Raises ``TransformError`` when the body cannot be what this component receives."""
+        return Unwrapped(payload.body, None, {}, payload.content_type)
+
+    def entities(self, component: ComponentContext, driver: Mapping[str, Any]
+                 ) -> Entities | None:
+        """Entity management and topic publishing, where this project implements them."""
+        return None
+
+
+class GcpPubSub(ComponentKind):
+    """``pubsub.gcp.pubsub``: subscription ``{consumerID}-{topic}`` (components-contrib
+    ``BuildSubscriptionID``); the message data is the CloudEvent; no metadata passed on."""
+
+    type = "pubsub.gcp.pubsub"
+    driver = "gcp_pubsub"
+
+    def map(self, component: ComponentContext) -> Mapped:
+        md = component.metadata
+        driver: dict[str, Any] = {"type": self.driver}
+        if md.get("projectId"):
+            driver["project"] = md["projectId"]
+        if md.get("endpoint"):
+            driver["endpoint"] = md["endpoint"]
+        settings: dict[str, Any] = {}
+        if md.get("maxDeliveryAttempts"):
+            settings["retry"] = {"max_attempts": int(md["maxDeliveryAttempts"])}
+        if md.get("deadLetterTopic"):
+            settings["dead_letter"] = {"queue": md["deadLetterTopic"]}
+        return Mapped(driver, settings, frozenset(
+            {"projectId", "endpoint", "maxDeliveryAttempts", "deadLetterTopic", "consumerID"}))
+
+
+class ServiceBusTopics(ComponentKind):
+    """``pubsub.azure.servicebus.topics``: subscription ``consumerID`` on each topic; the
+    driver names it ``topic/subscription``. Application properties become ``metadata.*``."""
+
+    type = "pubsub.azure.servicebus.topics"
+    driver = "azure_servicebus"
+
+    def map(self, component: ComponentContext) -> Mapped:
+        md = component.metadata
+        driver: dict[str, Any] = {"type": self.driver}
+        if md.get("connectionString"):
+            driver["connection_string"] = md["connectionString"]
+        elif md.get("namespaceName"):
+            driver["namespace"] = md["namespaceName"]
+        settings: dict[str, Any] = {}
+        if md.get("maxDeliveryCount"):
+            settings["retry"] = {"max_attempts": int(md["maxDeliveryCount"])}
+        if md.get("lockDurationInSec"):
+            settings["lease"] = {"duration_s": float(md["lockDurationInSec"])}
+        return Mapped(driver, settings, frozenset({
+            "connectionString", "namespaceName", "maxDeliveryCount", "lockDurationInSec",
+            "consumerID"}))
+
+    def queue_for(self, component: ComponentContext, topic: str) -> str:
+        return f"{topic}/{component.consumer_id}"
+
+    def unwrap(self, component: ComponentContext, payload: Payload) -> Unwrapped:
+        metadata = {f"metadata.{name}": value for name, value in payload.attributes.items()}
+        return Unwrapped(payload.body, None, metadata, payload.content_type)
+
+
+class ServiceBusQueues(ServiceBusTopics):
+    """``pubsub.azure.servicebus.queues``: the topic is the queue's name."""
+
+    type = "pubsub.azure.servicebus.queues"
+
+    def queue_for(self, component: ComponentContext, topic: str) -> str:
+        return topic
+
+
+_KINDS: dict[str, ComponentKind] = {}
+_BUILTIN_LOADED: list[bool] = []
+
+
+def register(kind: ComponentKind) -> None:
+    """Add (or replace) the mapping for ``kind.type``."""
+    _KINDS[kind.type] = kind
+
+
+def kind_for(component_type: str) -> ComponentKind | None:
+    _load_builtin()
+    return _KINDS.get(component_type)
+
+
+def supported_types() -> list[str]:
+    _load_builtin()
+    return sorted(_KINDS)
+
+
+def _load_builtin() -> None:
+    if _BUILTIN_LOADED:
+        return
+    _BUILTIN_LOADED.append(True)
+    from priority_pubsub.dapr.snssqs import SnsSqs
+
+    for kind in (SnsSqs(), GcpPubSub(), ServiceBusTopics(), ServiceBusQueues()):
+        _KINDS.setdefault(kind.type, kind)  # a kind registered earlier replaces the built-in

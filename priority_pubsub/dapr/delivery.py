@@ -1,0 +1,161 @@
+"""The request daprd's HTTP subscriber sends for one message, byte for byte.
+
+Sources: dapr ``pkg/runtime/subscription/subscription.go`` (the handler passed to the
+component's ``Subscribe``) and ``postman/http/http.go`` (``Deliver``), components-contrib
+``pubsub/envelope.go`` (``FromRawPayload``, ``HasExpired``):
+
+- the body is the message data exactly as published; with ``rawPayload`` it is
+  ``FromRawPayload``'s CloudEvent (``data_base64``, a new random id) as Go's ``json.Marshal``
+  writes it;
+- otherwise the data must parse as a JSON object (else retried, or sent to the dead-letter
+  topic); that object is the event CEL rules and the expiration see, never re-serialised;
+- ``Content-Type: application/cloudevents+json``; every metadata entry of the message as a
+  lower-case header (``pubsubname`` = the component's name; Service Bus ``metadata.*``);
+  ``traceparent``/``tracestate`` from the event;
+- expired events are dropped; no matching rule drops the event (to the dead-letter topic if
+  the subscription has one).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from priority_pubsub.cloudevent import (
+    CLOUDEVENT_CONTENT_TYPE,
+    AppRequest,
+    is_expired,
+    metadata_headers,
+)
+from priority_pubsub.config import AppConfig
+from priority_pubsub.dapr.plan import DaprPlan
+from priority_pubsub.dapr.routing import RoutingError, app_path, choose_path
+from priority_pubsub.dapr.subscriptions import Subscription
+from priority_pubsub.delivery import Prepared
+from priority_pubsub.errors import TransformError
+from priority_pubsub.message import Message
+from priority_pubsub.outcome import Outcome
+from priority_pubsub.transforms.base import Payload
+
+PUBSUB_METADATA_KEY = "pubsubName"
+"""dapr ``pkg/runtime/pubsub/subscriptions.go`` ``MetadataKeyPubSub``; a header in lower case."""
+_NOT_FORWARDED = {"content-type", "content-length", "traceparent", "tracestate"}
+_TRACE_FIELDS = ("traceid", "traceparent", "tracestate")
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """One message as daprd's runtime receives it from the component."""
+
+    data: bytes
+    topic: str
+    subscription: Subscription
+    metadata: dict[str, str]
+
+
+class DaprDelivery:
+    def __init__(self, plan: DaprPlan, app: AppConfig) -> None:
+        self._plan = plan
+        self._base_url = app.url.rstrip("/")
+        self._token = app.api_token.get_secret_value()
+
+    def decode(self, message: Message, payload: Payload) -> Decoded | Outcome:
+        """Unwrap the broker's body and find the subscription (shared by dead-lettering)."""
+        plan = self._plan
+        try:
+            unwrapped = plan.kind.unwrap(plan.component, payload)
+        except TransformError as exc:
+            return Outcome.dead(f"{plan.component.type}: {exc}")
+        topic = plan.topic_of(message.queue, unwrapped.topic_key)
+        if topic is None:
+            return Outcome.dead(f"no subscription for topic {unwrapped.topic_key!r} on queue "
+                                f"{message.queue}")
+        metadata = {**unwrapped.metadata, PUBSUB_METADATA_KEY: plan.component.name}
+        return Decoded(unwrapped.data, topic, plan.subscriptions[topic], metadata)
+
+    def prepare(self, message: Message, payload: Payload) -> Prepared | Outcome:
+        decoded = self.decode(message, payload)
+        if isinstance(decoded, Outcome):
+            return decoded
+        subscription = decoded.subscription
+        try:
+            event, body = self._event_and_body(decoded)
+            if is_expired(event, datetime.now(UTC)):
+                return Outcome.drop("expired: CloudEvent expiration has passed")
+            path = choose_path(subscription.compiled_rules, event)
+        except (ValueError, RoutingError) as exc:
+            reason = f"topic {decoded.topic}: {exc}"
+            # daprd: to the dead-letter topic when there is one, else an error (redelivered)
+            if subscription.dead_letter_topic:
+                return Outcome.dead(reason)
+            return Outcome.retry(reason)
+        if path is None:
+            return Outcome.drop(f"topic {decoded.topic}: no route matched")
+        headers = self._headers(decoded.metadata, event)
+        return Prepared(self._base_url + app_path(path), AppRequest(body, headers, event))
+
+    def _event_and_body(self, decoded: Decoded) -> tuple[dict[str, Any], bytes]:
+        if decoded.subscription.raw_payload:
+            event = from_raw_payload(decoded.data, decoded.topic, self._plan.component.name)
+            for name in _TRACE_FIELDS:
+                if name in decoded.metadata:
+                    event[name] = decoded.metadata[name]
+            if "traceparent" in decoded.metadata:  # traceparent supersedes traceid
+                event["traceid"] = decoded.metadata["traceparent"]
+            return event, go_json(event)
+        try:
+            event = json.loads(decoded.data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"error deserializing cloud event: {exc}") from None
+        if not isinstance(event, dict):
+            raise ValueError("error deserializing cloud event: not a JSON object")
+        for name in _TRACE_FIELDS:  # metadata fills what the event lacks (routing only)
+            if name not in event and name in decoded.metadata:
+                event[name] = decoded.metadata[name]
+        return event, decoded.data
+
+    def _headers(self, metadata: dict[str, str], event: dict[str, Any]) -> dict[str, str]:
+        lowered = {key.lower(): value for key, value in metadata.items()
+                   if key.lower() not in _NOT_FORWARDED}
+        headers = metadata_headers(lowered, prefix="")
+        trace = event.get("traceparent") or event.get("traceid")
+        if isinstance(trace, str) and trace:
+            headers["traceparent"] = trace
+            state = event.get("tracestate")
+            if isinstance(state, str) and state:
+                headers["tracestate"] = state
+        headers["Content-Type"] = CLOUDEVENT_CONTENT_TYPE
+        if self._token:
+            headers["dapr-api-token"] = self._token
+        return headers
+
+
+def from_raw_payload(data: bytes, topic: str, pubsub: str) -> dict[str, Any]:
+    """components-contrib ``pubsub.FromRawPayload``: the subscriber-side CloudEvent of a raw
+    payload (random id, ``data_base64``, ``application/octet-stream``)."""
+    return {
+        "id": str(uuid.uuid4()),
+        "specversion": "1.0",
+        "datacontenttype": "application/octet-stream",
+        "source": "Dapr",
+        "type": "com.dapr.event.sent",
+        "topic": topic,
+        "pubsubname": pubsub,
+        "data_base64": base64.b64encode(data).decode("ascii"),
+    }
+
+
+_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+               "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def go_json(value: Any) -> bytes:
+    """Go's ``json.Marshal`` of a map: keys sorted, compact, HTML characters escaped."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    for raw, escaped in _GO_ESCAPES.items():  # only inside strings: JSON has them nowhere else
+        text = text.replace(raw, escaped)
+    return text.encode("utf-8")

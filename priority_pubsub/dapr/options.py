@@ -1,0 +1,44 @@
+"""The ``dapr:`` section of config.yaml (also set by daprd's flags on the command line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class DaprConfig(BaseModel):
+    """Where the Dapr resources are and which app this sidecar serves.
+
+    ``priorities`` lists topics highest first; topics not listed come after, in the order the
+    subscriptions were found. ``queue_layout``: ``per-topic`` gives each topic its own queue
+    (what priorities need); ``shared`` keeps daprd's snssqs layout (one queue per app id,
+    routed by the envelope's topic).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    resources_path: tuple[Path, ...] = Field(min_length=1)
+    app_id: str = Field(min_length=1)
+    priorities: tuple[str, ...] = ()
+    queue_layout: Literal["per-topic", "shared"] = "per-topic"
+    subscribe_timeout_s: float = Field(default=60, gt=0)
+    """How long start-up waits for the app to answer ``GET /dapr/subscribe``."""
+    programmatic_subscriptions: bool = True
+    """False = daprd's ``--disable-init-endpoints subscribe``: only Subscription manifests."""
+
+    @field_validator("resources_path", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return (value,) if isinstance(value, str | Path) else value
+
+    @field_validator("priorities", mode="before")
+    @classmethod
+    def _no_duplicates(cls, value: object) -> object:
+        if isinstance(value, list | tuple):
+            seen = [str(item) for item in value]
+            duplicated = sorted({item for item in seen if seen.count(item) > 1})
+            if duplicated:
+                raise ValueError(f"topics listed twice: {duplicated}")
+        return value

@@ -1,0 +1,195 @@
+"""Everything Dapr says about this app, combined: which component, which topics in which
+order, which queue each is read from, which subscription routes it, and the settings the
+component's metadata implies (config.yaml wins over each of them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from priority_pubsub.dapr.components import (
+    ComponentContext,
+    ComponentKind,
+    Mapped,
+    kind_for,
+    supported_types,
+)
+from priority_pubsub.dapr.manifests import Component, Manifest, parse_component
+from priority_pubsub.dapr.options import DaprConfig
+from priority_pubsub.dapr.secrets import SECRET_STORE_PREFIX, resolve_metadata
+from priority_pubsub.dapr.subscriptions import Subscription, from_manifest, merge
+from priority_pubsub.errors import ConfigError
+
+PRIORITY_KEY = "priority"
+WEIGHT_KEY = "weight"
+_IGNORED_KINDS = ("Configuration", "HTTPEndpoint", "MCPServer", "WorkflowAccessPolicy")
+
+
+@dataclass(frozen=True)
+class PlannedQueue:
+    name: str
+    topics: tuple[str, ...]
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class DaprPlan:
+    app_id: str
+    component: ComponentContext
+    kind: ComponentKind
+    subscriptions: Mapping[str, Subscription]
+    """Topic -> its subscription (one component, so the topic is the key)."""
+    queues: tuple[PlannedQueue, ...]
+    mapped: Mapped
+    notes: tuple[str, ...] = ()
+    """Info lines: what was skipped and why."""
+    warnings: tuple[str, ...] = ()
+    """Settings read but not honoured, and other things the user should look at."""
+
+    def topic_of(self, queue: str, topic_key: str | None) -> str | None:
+        """The topic of a message on ``queue`` (``topic_key`` as the broker names it)."""
+        for planned in self.queues:
+            if planned.name != queue:
+                continue
+            if topic_key is None:
+                return planned.topics[0] if len(planned.topics) == 1 else None
+            for topic in planned.topics:
+                if self.kind.topic_key(topic) == topic_key:
+                    return topic
+        return None
+
+    def settings(self) -> dict[str, Any]:
+        """The settings this plan implies, for config.yaml to be merged over."""
+        return {
+            "driver": dict(self.mapped.driver),
+            "queues": [{"name": q.name, "weight": q.weight} for q in self.queues],
+            "app": {"fatal_codes": []},  # daprd has none: only 404 drops, the rest retries
+            **self.mapped.settings,
+        }
+
+
+def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
+               from_app: Sequence[Subscription]) -> DaprPlan:
+    notes: list[str] = []
+    warnings: list[str] = []
+    components = [parse_component(m) for m in manifests if m.kind == "Component"]
+    declared = _declared(manifests, dapr.app_id, notes)
+    subscriptions = merge(declared, from_app)
+    if not subscriptions:
+        raise ConfigError("dapr: no subscriptions for app "
+                          f"{dapr.app_id!r}: neither Subscription manifests in "
+                          f"{', '.join(map(str, dapr.resources_path))} nor GET /dapr/subscribe")
+    component, kind = _the_component(components, subscriptions, dapr.app_id, notes)
+    stores = {c.name: c for c in components if c.type.startswith(SECRET_STORE_PREFIX)}
+    context = ComponentContext(component.name, component.type,
+                               resolve_metadata(component, stores), dapr.app_id,
+                               component.source)
+    mapped = kind.map(context)
+    warnings += [f"{component.source}: Component {component.name}: metadata {key} is read but "
+                 "not honoured by priority-pubsub" for key in context.metadata
+                 if key not in mapped.honoured]
+    warnings += _other_warnings(manifests, subscriptions, dapr)
+    by_topic = {s.topic: s for s in subscriptions}
+    topics = ordered_topics(subscriptions, dapr.priorities)
+    queues = _queues(dapr, kind, context, topics, by_topic)
+    return DaprPlan(dapr.app_id, context, kind, by_topic, queues, mapped, tuple(notes),
+                    tuple(warnings))
+
+
+def _declared(manifests: Sequence[Manifest], app_id: str, notes: list[str]
+              ) -> list[Subscription]:
+    declared = []
+    for manifest in manifests:
+        if manifest.kind != "Subscription":
+            continue
+        subscription = from_manifest(manifest)
+        if subscription.in_scope(app_id):
+            declared.append(subscription)
+        else:
+            notes.append(f"{manifest.source}: Subscription {manifest.name} skipped: scoped "
+                         f"to {list(subscription.scopes)}")
+    return declared
+
+
+def _the_component(components: Sequence[Component], subscriptions: Sequence[Subscription],
+                   app_id: str, notes: list[str]) -> tuple[Component, ComponentKind]:
+    used = list(dict.fromkeys(s.pubsub for s in subscriptions))
+    if len(used) > 1:
+        raise ConfigError(f"dapr: the subscriptions use the pub/sub components {used}; one "
+                          "priority-pubsub sidecar serves one component")
+    chosen: Component | None = None
+    for component in components:
+        if component.name == used[0] and component.in_scope(app_id):
+            chosen = component
+        elif component.type.startswith(SECRET_STORE_PREFIX):
+            continue  # reported only when referenced
+        elif not component.in_scope(app_id):
+            notes.append(f"{component.source}: Component {component.name} skipped: scoped to "
+                         f"{list(component.scopes)}")
+        else:
+            why = "not used by this app's subscriptions" if component.type.startswith(
+                "pubsub.") else "not a pub/sub component"
+            notes.append(f"{component.source}: Component {component.name} ({component.type}) "
+                         f"skipped: {why}")
+    if chosen is None:
+        source = next(s.source for s in subscriptions if s.pubsub == used[0])
+        raise ConfigError(f"{source}: pubsubname: {used[0]!r} is not a Component in the "
+                          "resources path for this app")
+    kind = kind_for(chosen.type)
+    if kind is None:
+        raise ConfigError(f"{chosen.source}: Component {chosen.name}: spec.type: {chosen.type} "
+                          f"has no driver here (supported: {', '.join(supported_types())})")
+    return chosen, kind
+
+
+def ordered_topics(subscriptions: Sequence[Subscription], priorities: Sequence[str]
+                   ) -> list[str]:
+    """``dapr.priorities`` first, in its order; then topics whose subscription metadata sets
+    ``priority`` (lower first); then the rest in the order found."""
+    found = [s.topic for s in subscriptions]
+    listed = [topic for topic in priorities if topic in found]
+    rest = [s for s in subscriptions if s.topic not in listed]
+    ranked = sorted((s for s in rest if PRIORITY_KEY in s.metadata),
+                    key=lambda s: _int(s, PRIORITY_KEY))
+    unranked = [s.topic for s in rest if PRIORITY_KEY not in s.metadata]
+    return [*listed, *(s.topic for s in ranked), *unranked]
+
+
+def _queues(dapr: DaprConfig, kind: ComponentKind, context: ComponentContext,
+            topics: list[str], by_topic: Mapping[str, Subscription]) -> tuple[PlannedQueue, ...]:
+    if dapr.queue_layout == "shared":
+        shared = kind.shared_queue(context)
+        if shared is None:
+            raise ConfigError(f"dapr.queue_layout: shared: {kind.type} has no shared queue "
+                              "(each topic has its own)")
+        return (PlannedQueue(shared, tuple(topics)),)
+    return tuple(PlannedQueue(kind.queue_for(context, topic), (topic,),
+                              _int(by_topic[topic], WEIGHT_KEY, default=1))
+                 for topic in topics)
+
+
+def _int(subscription: Subscription, key: str, default: int = 0) -> int:
+    text = subscription.metadata.get(key)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{subscription.source}: metadata.{key}: not an integer: {text!r}"
+                          ) from None
+
+
+def _other_warnings(manifests: Sequence[Manifest], subscriptions: Sequence[Subscription],
+                    dapr: DaprConfig) -> list[str]:
+    warnings = [f"{m.source}: {m.kind} {m.name} is read but not honoured by priority-pubsub"
+                for m in manifests if m.kind == "Resiliency"]
+    warnings += [f"{m.source}: {m.kind} {m.name} skipped (not used by priority-pubsub)"
+                 for m in manifests if m.kind in _IGNORED_KINDS]
+    warnings += [f"{s.source}: bulkSubscribe is read but not honoured (one event per request)"
+                 for s in subscriptions if s.bulk]
+    found = {s.topic for s in subscriptions}
+    warnings += [f"dapr.priorities: topic {topic!r} has no subscription"
+                 for topic in dapr.priorities if topic not in found]
+    return warnings

@@ -1,0 +1,39 @@
+"""Dapr mode at run time: create the component's entities (as daprd does at start, unless
+``disableEntityManagement``), then run the sidecar with daprd's delivery and per-subscription
+dead-letter topics."""
+
+from __future__ import annotations
+
+import asyncio
+
+from priority_pubsub.config import Settings
+from priority_pubsub.dapr.dead_letters import DeadLetterTopics
+from priority_pubsub.dapr.delivery import DaprDelivery
+from priority_pubsub.dapr.plan import DaprPlan
+from priority_pubsub.logs import get_logger
+
+log = get_logger("priority_pubsub.dapr")
+
+
+def report(plan: DaprPlan, warnings: tuple[str, ...]) -> None:
+    for note in plan.notes:
+        log.info(note)
+    for warning in warnings:
+        log.warning(warning)
+    log.info("dapr subscriptions", component=plan.component.name, type=plan.component.type,
+             queues=[{"queue": q.name, "topics": list(q.topics)} for q in plan.queues])
+
+
+async def run_dapr(settings: Settings, plan: DaprPlan) -> None:
+    from priority_pubsub.plugins import build_driver
+    from priority_pubsub.sidecar import Sidecar
+
+    entities = plan.kind.entities(plan.component, settings.driver.options())
+    if entities is not None:
+        dead_letter_queue = settings.dead_letter.queue if settings.dead_letter else None
+        queues = [(q.name, q.topics) for q in plan.queues]
+        await asyncio.to_thread(entities.ensure, queues, dead_letter_queue)
+    delivery = DaprDelivery(plan, settings.app)
+    driver = DeadLetterTopics(build_driver(settings), delivery,
+                              entities.publish if entities is not None else None)
+    await Sidecar(settings, driver=driver, delivery=delivery).run()

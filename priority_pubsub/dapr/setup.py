@@ -1,0 +1,88 @@
+"""Loading the settings in either mode: native (config.yaml alone) or Dapr (config.yaml, the
+daprd flags, the Dapr resources and the app's ``/dapr/subscribe``, config.yaml winning over
+what the resources imply)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from priority_pubsub.config import (
+    CONFIG_ENV,
+    Settings,
+    describe_validation_error,
+    read_config_file,
+    resolve_config_path,
+    validate_config,
+    validate_plugins,
+)
+from priority_pubsub.dapr.flags import DaprdFlags
+from priority_pubsub.dapr.options import DaprConfig
+from priority_pubsub.dapr.plan import DaprPlan
+from priority_pubsub.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Loaded:
+    settings: Settings
+    plan: DaprPlan | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: bool = True
+         ) -> Loaded:
+    """Read and validate; in Dapr mode also read the resources and (``reach_app``) ask the
+    app for its subscriptions. Raises ``ConfigError`` (exit 2) or ``AppNotAnswering``."""
+    flags = flags or DaprdFlags()
+    # With daprd's flags a config file is read only when named (-c or the environment): a
+    # daprd command line needs none, and a ./config.yaml of native mode must not sneak in.
+    named = config is not None or bool(os.environ.get(CONFIG_ENV))
+    raw = read_config_file(resolve_config_path(config)) if named or not flags.given else {}
+    warnings = flags.apply(raw)
+    if "dapr" not in raw:
+        settings = validate_config(raw)
+        validate_plugins(settings)
+        return Loaded(settings, None, tuple(warnings))
+    return _load_dapr(raw, reach_app, warnings)
+
+
+def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loaded:
+    from priority_pubsub.dapr.discovery import fetch_app_subscriptions
+    from priority_pubsub.dapr.manifests import load_manifests
+    from priority_pubsub.dapr.plan import build_plan
+
+    try:
+        dapr = DaprConfig.model_validate(raw["dapr"])
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, prefix="dapr")) from None
+    if "queues" in raw:
+        raise ConfigError("queues: not used in Dapr mode: the queues come from the Dapr "
+                          "resources (order them with dapr.priorities)")
+    manifests = load_manifests(dapr.resources_path)
+    app_url = str((raw.get("app") or {}).get("url") or Settings.model_fields["app"].default.url)
+    from_app = (fetch_app_subscriptions(app_url, dapr.app_id, dapr.subscribe_timeout_s)
+                if reach_app and dapr.programmatic_subscriptions else [])
+    plan = build_plan(dapr, manifests, from_app)
+    merged = deep_merge(plan.settings(), raw)
+    if merged["driver"].get("type") != plan.mapped.driver["type"]:
+        raise ConfigError(f"driver.type: {merged['driver'].get('type')} does not serve "
+                          f"{plan.component.type} (leave driver.type out in Dapr mode)")
+    settings = validate_config(merged)
+    validate_plugins(settings)
+    os.environ.update(plan.mapped.environment)  # the component's credentials, for the SDK
+    return Loaded(settings, plan, (*warnings, *plan.warnings))
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` wins key by key; nested mappings are merged, not replaced."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

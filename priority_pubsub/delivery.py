@@ -1,0 +1,53 @@
+"""How one message becomes one HTTP request to the app: the seam between the worker and the
+two delivery modes — native (CloudEvent wrapping and the other conveniences of
+``cloudevent.build_request``) and Dapr (``priority_pubsub.dapr.delivery``: exactly what
+daprd sends).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+from priority_pubsub.cloudevent import AppRequest, build_request, is_expired
+from priority_pubsub.config import Settings
+from priority_pubsub.message import Message
+from priority_pubsub.outcome import Outcome
+from priority_pubsub.transforms.base import Payload
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    url: str
+    request: AppRequest
+
+
+class Delivery(Protocol):
+    def prepare(self, message: Message, payload: Payload) -> Prepared | Outcome:
+        """The request to send, or the outcome when the message must not reach the app."""
+        ...
+
+
+@runtime_checkable
+class DropHandler(Protocol):
+    """A driver (wrapper) that settles a *drop* differently from a dead letter: daprd deletes
+    a dropped message unless its subscription names a dead-letter topic."""
+
+    async def drop(self, message: Message, reason: str) -> None: ...
+
+
+class NativeDelivery:
+    """``app.url`` + the queue's ``route``; the body per ``app.delivery`` (DESIGN §4)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._routes = {q.name: settings.app.url + q.route for q in settings.queues}
+        self._token = settings.app.api_token.get_secret_value()
+        self._delivery = settings.app.delivery
+
+    def prepare(self, message: Message, payload: Payload) -> Prepared | Outcome:
+        request = build_request(message, payload, delivery=self._delivery,
+                                api_token=self._token)
+        if is_expired(request.event, datetime.now(UTC)):
+            return Outcome.drop("expired: CloudEvent expiration has passed")
+        return Prepared(self._routes[message.queue], request)
