@@ -187,7 +187,8 @@ def _load_builtin() -> None:
     if _BUILTIN_LOADED:
         return
     _BUILTIN_LOADED.append(True)
+    from priority_pubsub.dapr.redis_kind import RedisStreams
     from priority_pubsub.dapr.snssqs import SnsSqs
 
-    for kind in (SnsSqs(), GcpPubSub(), ServiceBusTopics(), ServiceBusQueues()):
+    for kind in (SnsSqs(), GcpPubSub(), ServiceBusTopics(), ServiceBusQueues(), RedisStreams()):
         _KINDS.setdefault(kind.type, kind)  # a kind registered earlier replaces the built-in
