@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -36,11 +37,16 @@ def plan(big: bool, cloud: bool) -> list[tuple[str, list[str]]]:
     if cloud and EMULATOR.exists():
         runs.append(("throughput", ["--driver", "gcp_pubsub", "--messages",
                                     "3000" if big else "600", "--rounds", "1", "--wrk-s", "0"]))
+    redis = shutil.which("redis-server") is not None
+    if redis:
+        runs.append(("throughput", ["--driver", "redis", "--messages", "4000" if big else "2000",
+                                    "--rounds", rounds, "--wrk-s", "0"]))
     runs += [
         ("latency", ["--messages", "500" if big else "200", "--rounds", rounds]),
         ("priority", ["--high", "300" if big else "150", "--rounds", rounds]),
-        ("idle", ["--window-s", "60" if big else "30",
-                  *(["--driver", "local", "--driver", "sqs", "--sqs-window-s",
+        ("idle", ["--window-s", "60" if big else "30", "--driver", "local",
+                  *(["--driver", "redis"] if redis else []),
+                  *(["--driver", "sqs", "--sqs-window-s",
                      "120" if big else "60"] if cloud and MINISTACK.exists() else [])]),
         ("footprint", ["--messages", "10000" if big else "5000"]),
     ]
