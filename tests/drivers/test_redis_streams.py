@@ -8,6 +8,8 @@ data <bytes> [metadata <json>]``; Subscribe: ``XGROUP CREATE topic consumerID 0 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -397,6 +399,65 @@ async def test_wrong_password_is_a_terminal_error(tmp_path: Path) -> None:
         [message] = await receive_all(good, "q", 1)
         await good.ack(message)
         await good.close()
+    finally:
+        server.stop()
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (the test's own CA, for ``tls_ca_file``)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+async def test_tls_with_a_private_ca(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path / "tls")
+    port = free_port()
+    server = OwnRedis(tmp_path / "redis", port=port, extra=(
+        "--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert),
+        "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert),
+        "--tls-auth-clients", "no"))
+    server.start()
+    try:
+        url = f"rediss://127.0.0.1:{port}/0"
+        unverified = RedisDriver(RedisOptions(url=url, connect_timeout_s=2),  # type: ignore[arg-type]
+                                 DriverContext(queues=("q",)))
+        with pytest.raises(DriverUnavailable):  # the server's CA is not trusted by default
+            await unverified.start()
+        await unverified.close()
+        plain = RedisDriver(RedisOptions(url=f"redis://127.0.0.1:{port}/0",  # type: ignore[arg-type]
+                                         connect_timeout_s=2), DriverContext(queues=("q",)))
+        with pytest.raises(DriverUnavailable):  # no plain-text port at all
+            await plain.start()
+        await plain.close()
+        driver = RedisDriver(RedisOptions(url=url, tls_ca_file=cert),  # type: ignore[arg-type]
+                             DriverContext(queues=("q",)))
+        await driver.start()
+        await driver.publish("q", b"over TLS")
+        [message] = await receive_all(driver, "q", 1)
+        assert message.body == b"over TLS"
+        await driver.ack(message)
+        await driver.close()
     finally:
         server.stop()
 
