@@ -11,8 +11,11 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # ---- build: a virtualenv with the package and the chosen drivers' SDKs -------------------
+# PYTHON_IMAGE names the base of both stages. The default is the public image; where no
+# registry is reachable, scripts/image/build.sh passes a Debian base of the same release made
+# from Debian packages (python3 + venv; see README "Building the image").
 FROM ${PYTHON_IMAGE} AS build
-ARG EXTRAS="sqs,gcp,azure"
+ARG EXTRAS="sqs,gcp,azure,tracing,dapr"
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -30,6 +33,7 @@ RUN case ",${EXTRAS}," in \
     esac; \
     spec="."; if [ -n "${EXTRAS}" ]; then spec=".[${EXTRAS}]"; fi; \
     /opt/venv/bin/pip install --no-cache-dir "${spec}" \
+    && /opt/venv/bin/pip uninstall --yes --quiet pip \
     && /opt/venv/bin/python -m compileall -q /opt/venv \
     && /opt/venv/bin/priority-pubsub --help > /dev/null
 

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 BASE_STAMP := $(VENV)/.base-stamp
 PYTHON ?= python3
 
-.PHONY: install prerequisites demo lint typecheck test bench clean
+.PHONY: install prerequisites demo lint typecheck test image-test bench clean
 
 # The demo needs only the core (local driver, no cloud SDKs, no Spark): a quick first run.
 $(BASE_STAMP): pyproject.toml
@@ -35,6 +35,12 @@ typecheck: install
 
 test: prerequisites lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The image built with buildah and run with podman (tests/image; needs root). Time-boxed: a
+# first run debootstraps the base (~1 min, then cached in /var/cache/priority-pubsub).
+image-test: install
+	timeout 900 $(PY) -m pytest tests/image -m image -q -ra --timeout 900
+	@cat build/image-report.json
 
 bench: install
 	$(PY) bench/run_all.py

@@ -46,6 +46,7 @@ __all__ = [
     "Pinger",
     "Publisher",
     "QueueDepth",
+    "StoreProbe",
     "live_token",
     "map_errors",
     "own_options",
@@ -236,6 +237,13 @@ class Publisher(Protocol):
 class Pinger(Protocol):
     async def ping(self) -> None:
         """Raise ``DriverUnavailable`` when the broker cannot be used right now (readiness)."""
+
+
+@runtime_checkable
+class StoreProbe(Protocol):
+    def missing_store(self) -> str | None:
+        """Why the driver's store does not exist yet (starting would create an empty one),
+        or None. Inspecting commands (``stats``, ``requeue``) refuse to create one."""
 
 
 def queue_names(queues: Sequence[Any]) -> tuple[str, ...]:

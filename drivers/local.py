@@ -111,6 +111,12 @@ class LocalDriver:
             ) from exc
         self._started = True
 
+    def missing_store(self) -> str | None:
+        if self.options.path.exists():
+            return None
+        return (f"local queue file {self.options.path} does not exist (nothing published yet, "
+                "or driver.path points elsewhere)")
+
     async def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()

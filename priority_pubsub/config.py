@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from priority_pubsub.backoff import compute_backoff
+from priority_pubsub.config_paths import anchor_relative_paths
 from priority_pubsub.dapr.options import DaprConfig
 from priority_pubsub.errors import ConfigError
 
@@ -127,6 +128,21 @@ class JournalConfig(_Strict):
     rotate_mb: float = Field(default=64, gt=0)
 
 
+class TracingConfig(_Strict):
+    """OpenTelemetry export of one span per delivery attempt (README "Tracing").
+
+    Unset keys fall back to the standard ``OTEL_EXPORTER_OTLP_*`` environment variables."""
+
+    otlp_endpoint: str | None = None
+    """grpc: ``host:port`` or ``http(s)://host:port``; http: a URL (``/v1/traces`` added)."""
+    protocol: Literal["grpc", "http"] | None = None
+    """Default: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``, else
+    grpc."""
+    sample_ratio: float | None = Field(default=None, ge=0, le=1)
+    """Share of new traces recorded (a sampled parent is always followed). Default:
+    ``OTEL_TRACES_SAMPLER_ARG``, else 1."""
+
+
 class LogConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["json", "console"] = "json"
@@ -153,6 +169,8 @@ class Settings(_Strict):
     server: ServerConfig = ServerConfig()
     journal: JournalConfig | None = None
     log: LogConfig = LogConfig()
+    tracing: TracingConfig | None = None
+    """Off unless set here or ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is in the environment."""
     dapr: DaprConfig | None = None
     """Dapr mode: queues, driver and routes come from the Dapr resources (priority_pubsub.dapr)."""
 
@@ -233,6 +251,7 @@ def _read_with_dynaconf(config_path: Path) -> dict[str, Any]:
     data.pop("CONFIG", None)  # PRIORITY_PUBSUB_CONFIG names the file, it is not a key
     settings = {str(key).lower(): _env_keys_lowered(value) for key, value in data.items()}
     _secrets_verbatim_from_env(settings)
+    anchor_relative_paths(settings, config_path.parent.resolve(), ENV_PREFIX)  # beside the file
     return settings
 
 

@@ -41,6 +41,15 @@ class Metrics:
         self.in_flight = Gauge(
             "priority_pubsub_in_flight", "Messages held by workers now.", registry=r
         )
+        self.concurrency = Gauge(
+            "priority_pubsub_concurrency",
+            "Configured concurrency: the most messages in flight at once (the app's capacity).",
+            registry=r,
+        )
+        self.loop_stalls = Counter(
+            "priority_pubsub_event_loop_stalls",
+            "Times the event loop stood still longer than server.stall_after_s.", registry=r,
+        )
         self.queue_depth = Gauge(
             "priority_pubsub_queue_depth", "Visible messages per queue, when the broker tells.",
             ["queue"], registry=r,

@@ -20,6 +20,7 @@ from priority_pubsub.drivers.base import (
     Driver,
     Pinger,
     Publisher,
+    StoreProbe,
 )
 from priority_pubsub.errors import ConfigError, DriverError
 from priority_pubsub.plugins import build_driver
@@ -28,8 +29,14 @@ STATS_VERSION = 1
 
 
 @contextlib.asynccontextmanager
-async def open_driver(settings: Settings, start_timeout_s: float = 15.0) -> AsyncIterator[Driver]:
+async def open_driver(
+    settings: Settings, start_timeout_s: float = 15.0, *, existing: bool = False
+) -> AsyncIterator[Driver]:
+    """The configured driver, started; ``existing``: refuse to create an absent store (an
+    inspecting command must not report on a fresh empty file it just made)."""
     driver = build_driver(settings)
+    if existing and isinstance(driver, StoreProbe) and (missing := driver.missing_store()):
+        raise DriverError(missing)
     try:
         await asyncio.wait_for(driver.start(), start_timeout_s)
     except TimeoutError:
@@ -92,7 +99,7 @@ async def publish_messages(
 
 async def collect_stats(settings: Settings) -> dict[str, Any]:
     """The ``stats --json`` document (version 1, documented in the README)."""
-    async with open_driver(settings) as driver:
+    async with open_driver(settings, existing=True) as driver:
         queues = [
             {"name": name, "priority": priority, **await _depth(driver, name)}
             for priority, name in enumerate(settings.queue_names)
@@ -140,7 +147,7 @@ async def requeue_messages(
     An interruption between the two leaves the message in both queues, never in neither.
     """
     moved = 0
-    async with open_driver(settings) as driver:
+    async with open_driver(settings, existing=True) as driver:
         if not isinstance(driver, Publisher):
             raise ConfigError(f"driver {settings.driver.type} cannot publish")
         while limit is None or moved < limit:

@@ -25,6 +25,7 @@ from priority_pubsub.message import Message
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.plugins import build_driver
 from priority_pubsub.server import OpsServer
+from priority_pubsub.tracing import build_tracer
 from priority_pubsub.watchdog import LoopWatchdog
 from priority_pubsub.worker import Worker
 
@@ -39,6 +40,7 @@ class Sidecar:
         self.settings = settings
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
+        self.metrics.concurrency.set(settings.concurrency)
         self.forwarder = Forwarder(settings.app, settings.concurrency,
                                    exact_status=settings.dapr is not None)
         self.journal = (
@@ -46,10 +48,12 @@ class Sidecar:
             if settings.journal else None
         )
         self.dispatcher = Dispatcher(settings, self.driver, self.metrics, rng)
+        self.tracer = build_tracer(settings)
         self.worker = Worker(settings, self.driver, self.forwarder, self.metrics, self.journal,
-                             delivery)
+                             delivery, self.tracer)
         self.server = OpsServer(self)
-        self.watchdog = LoopWatchdog(settings.server.stall_after_s)
+        self.watchdog = LoopWatchdog(settings.server.stall_after_s,
+                                     on_stall=self.metrics.loop_stalls.inc)
         self.connected = False
         self.draining = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -190,6 +194,7 @@ class Sidecar:
         if self.journal:
             await self.journal.close()
         await self.forwarder.close()
+        await self.tracer.close()
         await self.driver.close()
         await self.server.stop()
         await self.watchdog.stop()

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 from priority_pubsub.logs import get_logger
 
@@ -21,8 +22,12 @@ log = get_logger(__name__)
 
 
 class LoopWatchdog:
-    def __init__(self, stall_after_s: float = 10.0, tick_s: float = 0.5) -> None:
+    def __init__(
+        self, stall_after_s: float = 10.0, tick_s: float = 0.5,
+        on_stall: Callable[[], None] | None = None,
+    ) -> None:
         self._stall_after_s = stall_after_s
+        self._on_stall = on_stall  # called from the watchdog thread once per stall
         self._tick_s = tick_s
         self._last_beat = time.monotonic()
         self._last_stall_end = 0.0
@@ -65,6 +70,8 @@ class LoopWatchdog:
             if lag > self._stall_after_s and not in_stall:
                 in_stall = True
                 self.stalls += 1
+                if self._on_stall is not None:
+                    self._on_stall()
                 frame = sys._current_frames().get(self._loop_thread_id)
                 stack = "".join(traceback.format_stack(frame)) if frame else "unknown"
                 log.error("event loop stalled", stalled_s=round(lag, 1), stack=stack[-4000:])

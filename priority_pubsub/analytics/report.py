@@ -9,8 +9,10 @@ the page.
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -255,6 +257,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    try:
+        for bound in (args.since, args.until):  # bad usage is exit 2, whatever the files
+            to_epoch_ms(bound)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if (nothing := _matches_nothing(args.journal_glob)) is not None:
+        print(f"error: {nothing}", file=sys.stderr)
+        return 1
     if importlib.util.find_spec("pyspark") is None:
         print(f"error: the report needs pyspark: pip install '{SPARK_EXTRA}'", file=sys.stderr)
         return 1
@@ -275,6 +286,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(json.dumps(summary.to_dict(), default=str))
     return 0
+
+
+def _matches_nothing(journal_glob: str) -> str | None:
+    """A local path or glob that matches no file, said plainly before Spark starts (Spark's
+    own message is a stack of Java frames). URIs and Hadoop's ``{a,b}`` are left to Spark."""
+    if "://" in journal_glob or "{" in journal_glob:
+        return None
+    if glob.glob(os.path.expanduser(journal_glob)):
+        return None
+    return f"no journal files match {journal_glob!r} (relative to {os.getcwd()})"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,8 +1,9 @@
 """Render the chart and check Kubernetes objects: helpers shared by the chart tests.
 
 kubernetes-validate checks built-in kinds against the OpenAPI schemas it ships (offline).
-It has no schemas for custom resources (ServiceMonitor, ScaledObject, SparkApplication), so
-those get a shape check of the fields their operators require, see ``check_custom_resource``.
+It has no schemas for custom resources (ServiceMonitor, PrometheusRule, ScaledObject,
+SparkApplication), so those get a shape check of the fields their operators require, see
+``check_custom_resource``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ EXAMPLES = sorted(CHART.glob("ci/*-values.yaml"))
 K8S_VERSIONS = ("1.30.0", "1.35.0")
 CUSTOM_KINDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("keda.sh/v1alpha1", "ScaledObject"),
     ("keda.sh/v1alpha1", "TriggerAuthentication"),
     ("sparkoperator.k8s.io/v1beta2", "SparkApplication"),
@@ -79,6 +81,14 @@ def check_custom_resource(doc: Doc) -> None:
         for endpoint in spec["endpoints"]:
             assert endpoint["port"]
             assert endpoint["path"] == "/metrics"
+    elif kind == "PrometheusRule":  # promtool checks the rules themselves (test_monitoring)
+        for group in spec["groups"]:
+            assert group["name"]
+            assert group["rules"]
+            for rule in group["rules"]:
+                assert rule["alert"]
+                assert rule["expr"]
+                assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
     elif kind == "TriggerAuthentication":
         assert spec.get("podIdentity", {}).get("provider") or spec.get("secretTargetRef"), spec
     elif kind == "SparkApplication":

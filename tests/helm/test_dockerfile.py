@@ -1,9 +1,9 @@
 """The sidecar image's Dockerfile: lint-clean, and its contract checked where it can run here.
 
-No image is built in the test suite (base images need a registry this machine cannot reach),
-so the parts that matter at run time are exercised directly: the HEALTHCHECK command against
-a real HTTP server, the built-in config through the sidecar's own loader, and the
-.dockerignore allow-list against what the Dockerfile copies.
+The image itself is built and run by the separate image step (``make image-test``,
+tests/image); here, in the quick suite, the parts that matter at run time are exercised
+directly: the HEALTHCHECK command against a real HTTP server, the built-in config through the
+sidecar's own loader, and the .dockerignore allow-list against what the Dockerfile copies.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_runtime_stage_contract() -> None:
 
 def test_extras_default_never_includes_spark() -> None:
     extras = [args for op, args in instructions() if op == "ARG" and args.startswith("EXTRAS=")]
-    assert extras == ['EXTRAS="sqs,gcp,azure"']
+    assert extras == ['EXTRAS="sqs,gcp,azure,tracing,dapr"']
     # ... and an explicit request for it is refused by the build step.
     install = next(a for op, a in instructions() if op == "RUN" and "pip install" in a)
     assert "*,spark,*|*,all,*)" in install

@@ -22,6 +22,7 @@ def cli(
     input_bytes: bytes | None = None,
     env: dict[str, str] | None = None,
     timeout_s: float = 60,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """One CLI command to completion (publish, stats, check, requeue ...)."""
     command = [sys.executable, "-m", "priority_pubsub", *args]
@@ -30,6 +31,7 @@ def cli(
     return subprocess.run(
         command, input=input_bytes.decode() if input_bytes is not None else None,
         capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
 
 

@@ -9,7 +9,9 @@ from priority_pubsub.watchdog import LoopWatchdog
 
 
 async def test_blocked_loop_is_reported_and_recovers() -> None:
-    watchdog = LoopWatchdog(stall_after_s=0.3, tick_s=0.05)
+    reported: list[float] = []
+    watchdog = LoopWatchdog(stall_after_s=0.3, tick_s=0.05,
+                            on_stall=lambda: reported.append(time.monotonic()))
     await watchdog.start()
     try:
         await asyncio.sleep(0.2)
@@ -18,6 +20,7 @@ async def test_blocked_loop_is_reported_and_recovers() -> None:
         assert watchdog.stalled
         await asyncio.sleep(0.2)
         assert watchdog.stalls == 1
+        assert len(reported) == 1  # once per stall: what the stalls metric counts
         await asyncio.sleep(1.0)  # three stall lengths after recovery
         assert not watchdog.stalled
     finally:

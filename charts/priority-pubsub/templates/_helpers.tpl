@@ -137,3 +137,30 @@ tasks, plus a margin to return what is left to the queues.
 {{- toJson (list (first .Values.config.queues).name) }}
 {{- end }}
 {{- end }}
+
+{{/*
+PromQL label matchers selecting this release's sidecars in the alert rules:
+metrics.prometheusRule.selector, else the job and namespace the chart's ServiceMonitor gives
+them (job = the metrics Service's name).
+*/}}
+{{- define "priority-pubsub.ruleSelector" -}}
+{{- if .Values.metrics.prometheusRule.selector }}
+{{- .Values.metrics.prometheusRule.selector }}
+{{- else }}
+{{- printf "job=%q, namespace=%q" (include "priority-pubsub.metricsServiceName" .) .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/* The high-priority queues as a quoted PromQL regex: highPriorityWait.queues, else the
+first queue of config.queues. */}}
+{{- define "priority-pubsub.ruleQueues" -}}
+{{- $queues := .Values.metrics.prometheusRule.highPriorityWait.queues }}
+{{- if not $queues }}{{ $queues = list (first .Values.config.queues).name }}{{ end }}
+{{- $quoted := list }}
+{{- range $queues }}{{ $quoted = append $quoted (regexQuoteMeta .) }}{{ end }}
+{{- join "|" $quoted | quote }}
+{{- end }}
+
+{{- define "priority-pubsub.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "priority-pubsub.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}

@@ -1,0 +1,188 @@
+"""The sidecar image built with buildah and run with podman, for real (``make image-test``,
+a separate, time-boxed step of ``.ci/run``; excluded from ``make test`` by the ``image``
+marker).
+
+Built from the Dockerfile as users build it; where no registry is reachable the base is the
+same Debian release made from Debian packages (``scripts/image/build.sh``, README "Building
+the image"). The container runs on the host network with the image's own config, a data
+directory mounted at /data and an app on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.helpers import queue_rows
+from tests.support.app import RecordingApp, Reply
+from tests.support.servers import free_port, skip_or_fail
+
+pytestmark = pytest.mark.image
+
+ROOT = Path(__file__).resolve().parents[2]
+TAG = "localhost/priority-pubsub:ci"
+REPORT = ROOT / "build" / "image-report.json"
+GRACE_S = 5
+UID = 10001
+MAX_SIZE_MB = 450  # sqs, gcp, azure and tracing SDKs on a slim Python: ~300 MB
+
+
+def _run(
+    *args: str, timeout_s: float = 60, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def image() -> dict[str, str]:
+    if os.geteuid() != 0:
+        skip_or_fail("building and running images here needs root (buildah, podman)")
+    for tool in ("buildah", "podman", "runc"):
+        if shutil.which(tool) is None:
+            skip_or_fail(f"{tool} missing (apt-get install buildah podman runc debootstrap; "
+                         "scripts/ci-prerequisites.sh does it as root)")
+    result = _run(str(ROOT / "scripts" / "image" / "build.sh"), TAG, timeout_s=840)
+    built = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    assert built["IMAGE"] == TAG
+    return built
+
+
+def _podman(
+    *args: str, timeout_s: float = 60, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    # runc + cgroupfs: crun refuses this host's hybrid cgroups and there is no systemd. The
+    # limits are set at or below the host's: raising them needs CAP_SYS_RESOURCE.
+    return _run("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", *args,
+                timeout_s=timeout_s, check=check)
+
+
+def _image_config(tag: str) -> dict[str, Any]:
+    inspected = json.loads(_run("buildah", "inspect", "--type", "image", tag).stdout)
+    config: dict[str, Any] = inspected["Docker"]["config"]
+    return config
+
+
+@dataclass
+class Container:
+    name: str
+    port: int
+    data: Path
+
+    def exec(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return _podman("exec", self.name, *args)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+def container(image: dict[str, str], tmp_path: Path, app: RecordingApp) -> Iterator[Container]:
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chown(data, UID, UID)
+    port = free_port()
+    name = f"pp-image-{port}"
+    hard = [resource.getrlimit(kind)[1] for kind in (resource.RLIMIT_NOFILE,
+                                                      resource.RLIMIT_NPROC)]
+    limit = min(4096, *(h for h in hard if h != resource.RLIM_INFINITY))
+    _podman(
+        "run", "-d", "--name", name, "--network", "host", "--read-only", "--tmpfs", "/tmp",
+        "-v", f"{data}:/data", "--ulimit", f"nofile={limit}:{limit}",
+        "--ulimit", f"nproc={limit}:{limit}",
+        "-e", f"PRIORITY_PUBSUB_SERVER__PORT={port}",
+        "-e", f"PRIORITY_PUBSUB_APP__URL={app.url}/tasks",
+        "-e", f"PRIORITY_PUBSUB_SHUTDOWN__GRACE_S={GRACE_S}",
+        TAG,
+    )
+    running = Container(name, port, data)
+    try:
+        _wait_ready(running)
+        yield running
+    finally:
+        logs = _podman("logs", name, check=False)
+        _podman("rm", "-f", "-t", "0", name, check=False)
+        print(logs.stdout[-3000:], logs.stderr[-3000:])
+
+
+def _wait_ready(container: Container, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(container.url("/readyz"), timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    logs = _podman("logs", container.name, check=False)
+    raise AssertionError(f"container not ready in {timeout_s}s:\n{logs.stdout}{logs.stderr}")
+
+
+@pytest.fixture
+def app() -> Iterator[RecordingApp]:
+    with RecordingApp() as running:
+        yield running
+
+
+def test_image_metadata_non_root_healthcheck_and_size(image: dict[str, str]) -> None:
+    config = _image_config(TAG)
+    assert config["User"].split(":")[0] == str(UID)
+    assert config["Entrypoint"] == ["priority-pubsub", "run"]
+    health = config["Healthcheck"]["Test"]  # kept: built with --format docker
+    assert health[0] == "CMD"
+    assert health[1] == "python"
+    assert "/healthz" in health[-1]
+    size_mb = int(_run("podman", "image", "inspect", "--format", "{{.Size}}", TAG)
+                  .stdout.strip()) / 1e6
+    REPORT.parent.mkdir(exist_ok=True)
+    REPORT.write_text(json.dumps({"image": TAG, "base": image["BASE"],
+                                  "size_mb": round(size_mb, 1)}) + "\n")
+    print(f"image {TAG} on {image['BASE']}: {size_mb:.0f} MB")
+    assert size_mb < MAX_SIZE_MB
+
+
+def test_container_runs_as_non_root_and_answers_health_probes(container: Container) -> None:
+    assert container.exec("id", "-u").stdout.strip() == str(UID)
+    assert httpx.get(container.url("/healthz"), timeout=5).status_code == 200
+    assert httpx.get(container.url("/readyz"), timeout=5).status_code == 200
+    # The image's HEALTHCHECK command itself, run by podman inside the container.
+    assert _podman("healthcheck", "run", container.name, check=False).returncode == 0
+    # ... and the same command fails when nothing answers on the port it asks.
+    command = _image_config(TAG)["Healthcheck"]["Test"][1:]
+    wrong = _podman("exec", "-e", f"PRIORITY_PUBSUB_SERVER__PORT={free_port()}",
+                    container.name, *command, check=False)
+    assert wrong.returncode != 0
+
+
+def test_a_message_reaches_the_app_and_sigterm_exits_0_within_the_grace(
+    container: Container, app: RecordingApp
+) -> None:
+    app.behaviour = lambda r: Reply(200) if r.event["data"]["n"] == 1 else Reply(delay_s=60)
+    container.exec("priority-pubsub", "publish", "tasks-high", "--data", '{"n": 1}')
+    first = app.wait_for(1, timeout_s=20)[0]
+    assert first.path == "/tasks"
+    assert first.event["queue"] == "tasks-high"
+    assert (container.data / "queues.db").is_file()  # the local driver's file is on /data
+    container.exec("priority-pubsub", "publish", "tasks-low", "--data", '{"n": 2}')
+    app.wait_for(2, timeout_s=20)  # in flight now: the app holds it for 60 s
+    started = time.monotonic()
+    _podman("kill", "--signal", "TERM", container.name)
+    code = _podman("wait", container.name, timeout_s=GRACE_S + 30).stdout.strip()
+    elapsed = time.monotonic() - started
+    assert code == "0"
+    assert GRACE_S - 1 <= elapsed <= GRACE_S + 10, elapsed  # drained for the grace, no more
+    returned = queue_rows(container.data / "queues.db", "tasks-low")
+    assert [(r["leased"], r["attempts"]) for r in returned] == [(False, 1)]  # back, not lost

@@ -1,0 +1,78 @@
+"""Tracing decisions that need no collector: which parent, when on, what the app receives."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from priority_pubsub.cloudevent import AppRequest
+from priority_pubsub.config import Settings, TracingConfig, validate_config
+from priority_pubsub.errors import ConfigError
+from priority_pubsub.message import Lease, Message
+from priority_pubsub.outcome import Outcome
+from priority_pubsub.tracing import NO_TRACING, _parent_carrier, build_tracer
+
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"
+
+
+def _settings(**tracing: object) -> Settings:
+    raw: dict[str, object] = {"queues": [{"name": "a"}]}
+    if tracing:
+        raw["tracing"] = tracing
+    return validate_config(raw)
+
+
+def _message() -> Message:
+    return Message("m1", "a", 0, b"{}", {}, 1, 1_000, Lease(None, 10**13))
+
+
+@pytest.fixture(autouse=True)
+def _no_otel_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                 "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+                 "OTEL_SDK_DISABLED", "OTEL_TRACES_SAMPLER_ARG"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_parent_is_traceparent_else_traceid() -> None:
+    assert _parent_carrier({"traceparent": PARENT, "traceid": "x", "tracestate": "k=v"}) == {
+        "traceparent": PARENT, "tracestate": "k=v"}
+    assert _parent_carrier({"traceid": PARENT}) == {"traceparent": PARENT}
+    assert _parent_carrier({"traceparent": ""}) == {}
+    assert _parent_carrier(None) == {}
+
+
+def test_off_by_default_and_on_from_the_standard_environment(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert build_tracer(_settings()) is NO_TRACING
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    tracer = build_tracer(_settings())
+    assert tracer is not NO_TRACING
+    asyncio.run(tracer.close())
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert build_tracer(_settings(otlp_endpoint="http://127.0.0.1:1")) is NO_TRACING
+
+
+def test_bad_tracing_keys_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match=r"tracing\.protocol"):
+        _settings(protocol="udp")
+    with pytest.raises(ConfigError, match=r"tracing\.sample_ratio"):
+        _settings(sample_ratio=2)
+    assert TracingConfig().protocol is None
+
+
+def test_an_unsampled_attempt_still_passes_a_child_context_to_the_app() -> None:
+    """sample_ratio 0 records nothing new, but the app still gets a traceparent of this hop
+    (flag 00) in the publisher's trace, as daprd does."""
+    tracer = build_tracer(_settings(otlp_endpoint="http://127.0.0.1:1", sample_ratio=0))
+    trace = tracer.attempt(_message())
+    event = {"traceparent": PARENT + "-00"}
+    request = trace.inject(AppRequest(b"{}", {"traceparent": "old"}, event), "http://app")
+    version, trace_id, span_id, flags = request.headers["traceparent"].split("-")
+    assert (version, trace_id, flags) == ("00", PARENT.split("-")[1], "00")
+    assert span_id != PARENT.split("-")[2]
+    trace.settling()
+    trace.end(Outcome.ack(200))
+    asyncio.run(tracer.close())
