@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 BASE_STAMP := $(VENV)/.base-stamp
 PYTHON ?= python3
 
-.PHONY: install prerequisites demo lint typecheck test image-test bench clean
+.PHONY: install prerequisites demo lint typecheck test chaos image-test bench clean
 
 # The demo needs only the core (local driver, no cloud SDKs, no Spark): a quick first run.
 $(BASE_STAMP): pyproject.toml
@@ -35,6 +35,11 @@ typecheck: install
 
 test: prerequisites lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The chaos scenarios alone (make test runs them too): kill -9 under load, app faults, a
+# broker restart, hostile bodies and config files; prints the accounting of each.
+chaos: install
+	$(PY) -m pytest tests/chaos -m chaos -q -ra $(PYTEST_ARGS)
 
 # The image built with buildah and run with podman (tests/image; needs root). Time-boxed: a
 # first run debootstraps the base (~1 min, then cached in /var/cache/priority-pubsub).

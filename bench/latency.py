@@ -80,7 +80,8 @@ async def naive_run(settings: Any, feed: Feed, count: int) -> Probe:
                 while probe.acked < count:
                     for message in await driver.receive(queue, 1, 1.0):
                         request = to_request(message)
-                        async with session.post(settings.app.url, data=request.body,
+                        async with session.post(settings.app.url.get_secret_value(),
+                                                data=request.body,
                                                 headers=request.headers) as rsp:
                             await rsp.read()
                         await driver.ack(message)

@@ -163,7 +163,8 @@ async def naive_forwarder(settings: Settings, queue: str, count: int, concurrenc
                         await asyncio.sleep(EMPTY_PAUSE_S)
                     for message in batch:
                         request = to_request(message)
-                        async with session.post(settings.app.url, data=request.body,
+                        async with session.post(settings.app.url.get_secret_value(),
+                                                data=request.body,
                                                 headers=request.headers) as rsp:
                             await rsp.read()
                         await driver.ack(message)

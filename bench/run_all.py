@@ -49,6 +49,9 @@ def plan(big: bool, cloud: bool) -> list[tuple[str, list[str]]]:
                   *(["--driver", "sqs", "--sqs-window-s",
                      "120" if big else "60"] if cloud and MINISTACK.exists() else [])]),
         ("footprint", ["--messages", "10000" if big else "5000"]),
+        ("journal", ["--messages", "3000" if big else "1500", "--rounds", "3"]),
+        ("publish_api", ["--messages", "4000" if big else "2000", "--concurrency", "16",
+                         "--rounds", rounds if big else "3"]),
     ]
     return runs
 

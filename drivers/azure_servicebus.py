@@ -213,7 +213,9 @@ class ServiceBusDriver:
             with _sdk_errors("start"):
                 await asyncio.gather(*(self._open(queue) for queue in self.context.queues))
         except DriverError:
-            await self.close()
+            # Drop this attempt's client and handlers: the sidecar calls start() again while
+            # the broker is unreachable, and a closed handler can never be reopened.
+            await self._release_clients()
             raise
         self._renewer = asyncio.create_task(self._renew_loop(), name="servicebus-renewer")
 
@@ -239,14 +241,21 @@ class ServiceBusDriver:
                 with contextlib.suppress(Exception):
                     await receiver.abandon_message(sdk_message)
         self._stash.clear()
+        await self._release_clients()
+
+    async def _release_clients(self) -> None:
         handlers = [*self._receivers.values(), *self._senders.values()]
+        self._receivers.clear()
+        self._senders.clear()
         await asyncio.gather(*(h.close() for h in handlers), return_exceptions=True)
-        if self._client is not None:
+        client, self._client = self._client, None
+        credential, self._credential = self._credential, None
+        if client is not None:
             with contextlib.suppress(Exception):
-                await self._client.close()
-        if self._credential is not None:
+                await client.close()
+        if credential is not None:
             with contextlib.suppress(Exception):
-                await self._credential.close()
+                await credential.close()
 
     async def _open(self, queue: str) -> None:
         receiver = self._receiver(queue)

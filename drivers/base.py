@@ -1,8 +1,9 @@
 """The driver protocol: the few verbs the core needs from a broker, and nothing else.
 
-A driver only consumes and settles. It never creates queues, topics or policies at start-up
-(tests and ``deploy/`` create infrastructure). Optional abilities (depth, publish, ping) are
-separate runtime-checkable protocols the core probes with ``isinstance``.
+A driver only consumes and settles. It never creates queues, topics or policies: that is
+``priority_pubsub.provision`` (``priority-pubsub provision``, ``run --provision``). Optional
+abilities (depth, publish, ping) are separate runtime-checkable protocols the core probes with
+``isinstance``.
 
 Every driver method raises only ``priority_pubsub.errors.DriverError`` subclasses: SDK
 exceptions are wrapped at this boundary and marked retriable or terminal.
@@ -20,14 +21,14 @@ The kit every driver uses, so each one only says what is particular to its broke
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 
-from priority_pubsub.errors import DriverError
+from priority_pubsub.errors import ConfigError, DriverError
 from priority_pubsub.message import Lease, Message
 
 __all__ = [
@@ -42,11 +43,14 @@ __all__ = [
     "DriverOptions",
     "ErrorMapper",
     "Lease",
+    "MappedErrors",
     "Message",
     "Pinger",
     "Publisher",
     "QueueDepth",
     "StoreProbe",
+    "check_options",
+    "deployment",
     "live_token",
     "map_errors",
     "own_options",
@@ -95,25 +99,41 @@ class ErrorMapper(Protocol):
         ...
 
 
-@contextmanager
 def map_errors(
     mapper: ErrorMapper,
     action: str,
     *,
     catch: tuple[type[Exception], ...] = (Exception,),
     settling: bool = False,
-) -> Iterator[None]:
+) -> MappedErrors:
     """Turn ``catch`` exceptions raised inside the block into ``mapper``'s project errors.
 
     Works around sync and async code alike (``with map_errors(...): await call``). A
     ``DriverError`` raised inside passes unchanged: it is already the project's.
     """
-    try:
-        yield
-    except DriverError:
-        raise
-    except catch as exc:
-        raise mapper(exc, action, settling=settling) from exc
+    return MappedErrors(mapper, action, catch, settling)
+
+
+class MappedErrors:
+    """The context manager ``map_errors`` returns (a class: it is on every settle's path,
+    and a generator-based one costs several times more per use)."""
+
+    __slots__ = ("action", "catch", "mapper", "settling")
+
+    def __init__(self, mapper: ErrorMapper, action: str, catch: tuple[type[Exception], ...],
+                 settling: bool) -> None:
+        self.mapper = mapper
+        self.action = action
+        self.catch = catch
+        self.settling = settling
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if isinstance(exc, self.catch) and not isinstance(exc, DriverError):
+            raise self.mapper(exc, self.action, settling=self.settling) from exc
 
 
 def live_token(message: Message, kind: type[T], verb: str, *, grace_ms: float = 0) -> T:
@@ -127,6 +147,23 @@ def live_token(message: Message, kind: type[T], verb: str, *, grace_ms: float = 
         raise DriverError(f"{verb}: message {message.id} was not received by this driver")
     message.lease.require_live(verb, message.id, grace_ms=grace_ms)
     return token
+
+
+def deployment(info: ValidationInfo) -> DriverContext | None:
+    """The ``DriverContext`` an options model is validated against (``load_config`` passes it
+    as validation context), for cross-field checks; None when validated on its own."""
+    return info.context if isinstance(info.context, DriverContext) else None
+
+
+def check_options(options: DriverOptions, context: DriverContext) -> None:
+    """Run an options model's cross-field checks against ``context``: ``load_config`` already
+    did, a driver built directly (tests, embedding) gets the same one-line ``ConfigError``."""
+    from priority_pubsub.config import describe_validation_error
+
+    try:
+        type(options).model_validate(options.model_dump(), context=context)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, prefix="driver")) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +191,6 @@ class Driver(Protocol):
 
     name: ClassVar[str]
     options_model: ClassVar[type[DriverOptions]]
-    releases_count_as_attempts: ClassVar[bool]
-    """True when the broker counts a ``release`` as a delivery (SQS receive count, Pub/Sub
-    delivery_attempt, Service Bus delivery_count) and nothing can undo it: the worker then
-    never dead-letters a message before delivering it (see ``settlement.admit``)."""
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
         """The one construction path: ``plugins.build_driver`` passes the validated options
@@ -199,6 +232,13 @@ class Driver(Protocol):
     @property
     def dead_letter_enabled(self) -> bool:
         """True when this driver has a dead-letter destination (configured or native)."""
+        ...
+
+    @property
+    def releases_count_as_attempts(self) -> bool:
+        """True when the broker counts a ``release`` as a delivery (SQS receive count, Pub/Sub
+        delivery_attempt, Service Bus delivery_count) and nothing can undo it: the worker
+        then never dead-letters a message before delivering it (``settlement.admit``)."""
         ...
 
     async def close(self) -> None:

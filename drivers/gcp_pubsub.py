@@ -56,7 +56,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth import exceptions as auth_exceptions
 from google.pubsub_v1 import PublisherAsyncClient, SubscriberAsyncClient
 from google.pubsub_v1.types import PubsubMessage, PullRequest, PullResponse, ReceivedMessage
-from pydantic import Field
+from pydantic import Field, ValidationInfo, model_validator
 
 from priority_pubsub.drivers.base import (
     CONTENT_TYPE_ATTRIBUTE,
@@ -64,12 +64,14 @@ from priority_pubsub.drivers.base import (
     DEAD_LETTER_SOURCE,
     DriverContext,
     DriverOptions,
+    check_options,
+    deployment,
     live_token,
     map_errors,
     own_options,
 )
 from priority_pubsub.drivers.gcp_names import is_path, map_error, resource_path
-from priority_pubsub.errors import ConfigError, DriverError, MessageTooLarge
+from priority_pubsub.errors import DriverError, MessageTooLarge
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Lease, Message, now_ms
 
@@ -108,6 +110,29 @@ class PubSubOptions(DriverOptions):
     """gRPC ``host:port`` instead of pubsub.googleapis.com (e.g. a regional endpoint)."""
     call_timeout_s: float = Field(default=30, gt=0, le=600)
     """Deadline of every call except waiting pulls (ack, modify_ack_deadline, publish...)."""
+    topics: dict[str, str] = Field(default_factory=dict)
+    """Queue (subscription) -> topic for ``provision``; default the topic of the same name.
+    Not used when consuming (a subscription knows its topic)."""
+
+    @model_validator(mode="after")
+    def _fits_the_deployment(self, info: ValidationInfo) -> PubSubOptions:
+        context = deployment(info)
+        if context is None:
+            return self
+        if context.lease_duration_s > MAX_ACK_DEADLINE_S:
+            raise ValueError(
+                f"lease.duration_s: gcp_pubsub ack deadlines are at most {MAX_ACK_DEADLINE_S} s "
+                f"(got {context.lease_duration_s:g}); the lease keeper extends long tasks"
+            )
+        bare = [name for name in context.queues if not is_path(name, "subscriptions")]
+        if context.dead_letter_queue and not is_path(context.dead_letter_queue, "topics"):
+            bare.append(context.dead_letter_queue)
+        if bare and not (self.project or os.environ.get("GOOGLE_CLOUD_PROJECT")):
+            raise ValueError(
+                f"project: {bare[0]!r} is a bare id: set driver.project (or "
+                "GOOGLE_CLOUD_PROJECT) or give full paths projects/<p>/subscriptions/<id>"
+            )
+        return self
 
 
 @dataclass(slots=True)
@@ -139,11 +164,7 @@ class PubSubDriver:
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
         options = own_options(options, PubSubOptions)
-        if context.lease_duration_s > MAX_ACK_DEADLINE_S:
-            raise ConfigError(
-                f"lease.duration_s: gcp_pubsub ack deadlines are at most {MAX_ACK_DEADLINE_S} s "
-                f"(got {context.lease_duration_s:g}); the lease keeper extends long tasks"
-            )
+        check_options(options, context)
         self.options = options
         self.context = context
         self.project = options.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
@@ -163,8 +184,9 @@ class PubSubDriver:
         endpoint = self.options.endpoint
         options = ClientOptions(api_endpoint=endpoint) if endpoint else None
         try:
-            self._subscriber = SubscriberAsyncClient(client_options=options)
-            self._publisher = PublisherAsyncClient(client_options=options)
+            if self._subscriber is None:  # start() is retried while Pub/Sub is unreachable
+                self._subscriber = SubscriberAsyncClient(client_options=options)
+                self._publisher = PublisherAsyncClient(client_options=options)
         except auth_exceptions.GoogleAuthError as exc:
             raise DriverError(f"pub/sub credentials: {exc}", retriable=False) from exc
         if self.context.dead_letter_queue:

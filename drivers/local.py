@@ -14,7 +14,8 @@ It is the default, so it is a product, not a test double:
   (a message handed back unseen, e.g. surplus of a wake-up) undoes its claim's count.
 * **Waiting** is cheap: a waiting receive sleeps on an in-process event, woken by this
   process's own writes, by another process's commits (``PRAGMA data_version``, checked every
-  ``poll_interval_s``) and by the next delayed message falling due.
+  ``poll_interval_s``) and when the next delayed message falls due or the earliest lease ends
+  (so a crashed replica's messages are taken over at its lease's end).
 """
 
 from __future__ import annotations
@@ -159,11 +160,9 @@ class LocalDriver:
                 (token, now + lease_ms, queue, now, max_messages),
             ).fetchall()
             next_due = None
-            if not rows:
+            if not rows:  # a delayed retry falls due, or a lease (perhaps a dead replica's) ends
                 next_due = conn.execute(
-                    "SELECT min(visible_at_ms) FROM messages "
-                    "WHERE queue = ? AND lease_token IS NULL",
-                    (queue,),
+                    "SELECT min(visible_at_ms) FROM messages WHERE queue = ?", (queue,),
                 ).fetchone()[0]
             return rows, next_due, now
 

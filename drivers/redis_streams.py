@@ -68,10 +68,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
-from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
-from pydantic import Field, SecretStr, field_serializer, field_validator
+from pydantic import Field, SecretStr, field_validator
 from redis import exceptions as redis_errors
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -91,8 +90,9 @@ from priority_pubsub.drivers.base import (
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Lease, Message, now_ms
+from priority_pubsub.redaction import CredentialUrl, SecretUrl
 
-__all__ = ["RedisDriver", "RedisLease", "RedisOptions", "map_error", "masked_url"]
+__all__ = ["RedisDriver", "RedisLease", "RedisOptions", "map_error"]
 
 DATA_FIELD = b"data"
 METADATA_FIELD = b"metadata"
@@ -103,21 +103,10 @@ _SCHEMES = ("redis://", "rediss://", "unix://")
 log = get_logger(__name__)
 
 
-def masked_url(url: str) -> str:
-    """The URL with its password replaced by ``***`` (for printouts and logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 class RedisOptions(DriverOptions):
     """The ``driver:`` keys for ``type: redis``."""
 
-    url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
+    url: CredentialUrl = SecretUrl("redis://127.0.0.1:6379/0")
     """``redis://[user:password@]host:port/db``, ``rediss://`` for TLS; a secret."""
     username: str | None = None
     password: SecretStr | None = None
@@ -140,14 +129,10 @@ class RedisOptions(DriverOptions):
 
     @field_validator("url")
     @classmethod
-    def _known_scheme(cls, value: SecretStr) -> SecretStr:
+    def _known_scheme(cls, value: SecretUrl) -> SecretUrl:
         if not value.get_secret_value().startswith(_SCHEMES):
             raise ValueError("must start with redis://, rediss:// or unix://")
         return value
-
-    @field_serializer("url", when_used="json")
-    def _print_masked(self, value: SecretStr) -> str:
-        return masked_url(value.get_secret_value())
 
 
 @dataclass(frozen=True, slots=True)

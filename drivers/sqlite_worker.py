@@ -46,7 +46,11 @@ class SqliteWorker:
         self.commits = 0
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Open the connection on a new thread; may be called again after it failed (the
+        sidecar retries a start while the file cannot be opened)."""
         self._loop = loop
+        self._ready.clear()
+        self._open_error = None
         self._thread = threading.Thread(target=self._run, name="sqlite-worker", daemon=True)
         self._thread.start()
         self._ready.wait()

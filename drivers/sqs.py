@@ -6,7 +6,8 @@ ChangeMessageVisibility, dead_letter = SendMessage to the configured DLQ then De
 token an ``SqsReceipt`` (receipt handle + queue URL). Credentials and region come only from
 the standard AWS chain (environment, ~/.aws, web identity, instance/task role); ``region``
 and ``endpoint_url`` may be set in ``driver:``. Queue URLs are resolved once at start
-(GetQueueUrl) unless given in ``queue_urls``. The driver creates no queue, topic or policy.
+(GetQueueUrl) unless given in ``queue_urls``. The driver creates no queue, topic or policy:
+``priority_pubsub.provision.aws`` does (``provision``, ``run --provision``).
 
 Leases. The lease deadline is a local estimate (response time + visibility). A settle after
 it passed raises ``LeaseLost`` *without calling SQS*: SQS (and moto) may accept a stale
@@ -60,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import structlog
-from pydantic import Field
+from pydantic import Field, ValidationInfo, model_validator
 
 from priority_pubsub.drivers.base import (
     CONTENT_TYPE_ATTRIBUTE,
@@ -69,6 +70,8 @@ from priority_pubsub.drivers.base import (
     DriverContext,
     DriverOptions,
     QueueDepth,
+    check_options,
+    deployment,
     live_token,
     own_options,
 )
@@ -83,6 +86,7 @@ from priority_pubsub.drivers.sqs_api import (
 from priority_pubsub.drivers.sqs_sns import dapr_cloudevent, publish_via_sns
 from priority_pubsub.errors import DriverError, LeaseLost, MessageTooLarge
 from priority_pubsub.message import Lease, Message, now_ms
+from priority_pubsub.redaction import CredentialUrl
 
 if TYPE_CHECKING:
     from types_boto3_sqs.type_defs import (
@@ -117,7 +121,8 @@ class SqsOptions(DriverOptions):
     """The ``driver:`` keys for ``type: sqs``."""
 
     region: str | None = None
-    endpoint_url: str | None = None
+    endpoint_url: CredentialUrl | None = None
+    """May carry ``user:password@`` (a proxy): printed with the password masked."""
     queue_urls: dict[str, str] = Field(default_factory=dict)
     """Queue name -> URL; names not listed are resolved with GetQueueUrl at start."""
     wait_time_s: int = Field(default=MAX_WAIT_TIME_S, ge=1, le=MAX_WAIT_TIME_S)
@@ -130,6 +135,25 @@ class SqsOptions(DriverOptions):
     connect_timeout_s: float = Field(default=5, gt=0)
     close_wait_s: float = Field(default=MAX_WAIT_TIME_S + 1, ge=0)
     """How long ``close`` waits for running long polls so it can release what they catch."""
+    sns_topics: dict[str, str] = Field(default_factory=dict)
+    """Queue name -> SNS topic name: ``provision`` creates the topic, the queue's subscription
+    (raw delivery off) and the queue policy. Not used when consuming."""
+
+    @model_validator(mode="after")
+    def _urls_name_configured_queues(self, info: ValidationInfo) -> SqsOptions:
+        context = deployment(info)
+        if context is None:
+            return self
+        known = set(context.queues) | {context.dead_letter_queue} - {None}
+        unknown = sorted(set(self.queue_urls) - known)
+        if unknown:
+            raise ValueError(f"queue_urls: not configured queues: {unknown}")
+        return self
+
+    @property
+    def endpoint(self) -> str | None:
+        """``endpoint_url`` in clear, for the SDK."""
+        return self.endpoint_url.get_secret_value() if self.endpoint_url else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +193,7 @@ class SqsDriver:
         self.calls: Counter[str] = Counter()
         """API calls made, by action, plus ``released`` (messages returned unseen)."""
         self._api = SqsApi(
-            region=options.region, endpoint_url=options.endpoint_url,
+            region=options.region, endpoint_url=options.endpoint,
             max_connections=options.max_connections,
             connect_timeout_s=options.connect_timeout_s,
         )
@@ -183,13 +207,11 @@ class SqsDriver:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        known = set(self.context.queues) | {self.context.dead_letter_queue} - {None}
-        unknown = sorted(set(self.options.queue_urls) - known)
-        if unknown:
-            raise DriverError(f"driver.queue_urls: not configured queues: {unknown}")
-        self._executor = ThreadPoolExecutor(
-            self.options.max_connections, thread_name_prefix="sqs"
-        )
+        check_options(self.options, self.context)  # load_config did; a driver built directly
+        if self._executor is None:  # start() is retried while SQS is unreachable
+            self._executor = ThreadPoolExecutor(
+                self.options.max_connections, thread_name_prefix="sqs"
+            )
         for name in self.context.queues:
             await self._resolve(name)
         if self.context.dead_letter_queue is not None:
@@ -450,7 +472,7 @@ class SqsDriver:
     ) -> str:
         """``publish --via-sns TOPIC_ARN``: publish as Dapr's snssqs does (see ``sqs_sns``)."""
         send = functools.partial(
-            publish_via_sns, region=self.options.region, endpoint_url=self.options.endpoint_url
+            publish_via_sns, region=self.options.region, endpoint_url=self.options.endpoint
         )
         return await self._call("SNS Publish", send, topic_arn, body, attributes)
 

@@ -94,6 +94,12 @@ def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverE
     return DriverError(f"SQS {action}: {type(exc).__name__}: {exc}")
 
 
+def is_missing_queue(exc: botocore.exceptions.ClientError) -> bool:
+    """SQS's "no such queue" answer (its codes differ between the JSON and query APIs)."""
+    error = exc.response.get("Error", {})
+    return bool({str(error.get("Code", "")), str(error.get("QueryErrorCode", ""))} & _NO_QUEUE)
+
+
 wrapped = functools.partial(
     map_errors, map_error,
     catch=(botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError),

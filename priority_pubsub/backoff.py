@@ -25,7 +25,8 @@ def compute_backoff(
 class Backoff:
     """The growing pause of one retry loop; ``reset`` after a success starts it over.
 
-    ``next_s`` tells the pause a caller is about to take (to log it), ``sleep`` takes it.
+    ``next_s`` tells the pause a caller is about to take (to log it), ``sleep`` takes it
+    (``failed`` counts it and returns it, for code that cannot await).
     """
 
     __slots__ = ("_failures", "factor", "initial_s", "max_s")
@@ -41,11 +42,15 @@ class Backoff:
         return compute_backoff(self._failures + 1, initial_s=self.initial_s, max_s=self.max_s,
                                factor=self.factor)
 
-    async def sleep(self) -> None:
-        """Count one failure and wait the pause it calls for."""
+    def failed(self) -> float:
+        """Count one failure; return the pause it calls for (for a blocking caller)."""
         pause = self.next_s()
         self._failures += 1
-        await asyncio.sleep(pause)
+        return pause
+
+    async def sleep(self) -> None:
+        """Count one failure and wait the pause it calls for."""
+        await asyncio.sleep(self.failed())
 
     def reset(self) -> None:
         self._failures = 0

@@ -1,4 +1,4 @@
-"""The ``priority-pubsub`` command line (DESIGN §6).
+"""The ``priority-pubsub`` command line (README#command-line).
 
 Exit codes: 0 clean, 1 fatal error, 2 invalid config (one line naming the key path).
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -17,6 +18,7 @@ import typer
 from priority_pubsub.config import Settings, load_config
 from priority_pubsub.dapr.flags import DaprdFlags, reject_unknown
 from priority_pubsub.errors import ConfigError, PriorityPubsubError
+from priority_pubsub.redaction import redact
 
 if TYPE_CHECKING:
     from priority_pubsub.dapr.setup import Loaded
@@ -37,7 +39,7 @@ ConfigOption = Annotated[
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"priority-pubsub: {message}", err=True)
+    typer.echo(f"priority-pubsub: {redact(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -125,6 +127,9 @@ def run(
     app_health_probe_interval: IntOption = None,
     app_health_probe_timeout: IntOption = None,
     app_health_threshold: IntOption = None,
+    provision: Annotated[bool, typer.Option(
+        "--provision", help="First create what the config needs on the broker (as "
+        "`priority-pubsub provision`; drift is logged, not changed).")] = False,
 ) -> None:
     """Run the sidecar until SIGTERM/SIGINT; unfinished messages go back to their queue.
 
@@ -139,15 +144,41 @@ def run(
     configure_logging(settings.log.level, settings.log.format)
 
     async def serve() -> None:  # built inside: a driver may refuse its options (exit 2)
-        if loaded.plan is None:
-            await Sidecar(settings).run()
-            return
-        from priority_pubsub.dapr.runtime import report, run_dapr
+        if provision and loaded.plan is None:
+            await _provision_at_start(settings)
+        from priority_pubsub.publish_api.server import serving
 
-        report(loaded.plan, loaded.warnings)
-        await run_dapr(settings, loaded.plan)
+        try:
+            async with serving(settings, loaded.plan):
+                if loaded.plan is None:
+                    await Sidecar(settings).run()
+                    return
+                from priority_pubsub.dapr.runtime import report, run_dapr
+
+                report(loaded.plan, loaded.warnings)
+                await run_dapr(settings, loaded.plan)
+        except OSError as exc:  # a publish API port already taken
+            raise PriorityPubsubError(f"publish API: {exc}") from None
 
     _run_reporting(serve())
+
+
+async def _provision_at_start(settings: Settings) -> None:
+    """``run --provision``: create what is missing; report drift and go on (as daprd's entity
+    management, which creates but never rewrites an entity's settings)."""
+    from priority_pubsub.logs import get_logger
+    from priority_pubsub.provision import Mode
+    from priority_pubsub.provision import provision as provision_entities
+
+    log = get_logger("priority_pubsub.provision")
+    done = await provision_entities(settings, Mode())
+    for action in done.actions:
+        if action.action.value == "drift":
+            log.warning("provision: drift left as it is", **action.as_json())
+        elif action.action.value != "ok":
+            log.info("provision", **action.as_json())
+    for note in done.notes:
+        log.info(note)
 
 
 def _daprd_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +186,7 @@ def _daprd_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     health = ("enable_app_health_check", "app_health_check_path", "app_health_probe_interval",
               "app_health_probe_timeout", "app_health_threshold")
     given = {key: value for key, value in arguments.items()
-             if key not in ("ctx", "config", "offline", *health)}
+             if key not in ("ctx", "config", "offline", "provision", *health)}
     given.update({"--" + key.replace("_", "-"): arguments[key] for key in health})
     return given
 
@@ -189,7 +220,8 @@ def check(
     flags = _flags(ctx, **_daprd_arguments(locals()))
     loaded = _loaded(config, flags, reach_app=not offline)
     settings = loaded.settings
-    typer.echo(json.dumps(settings.printable(), indent=2))
+    # Secrets are typed (they dump masked); redact() also catches credentials in plain keys.
+    typer.echo(redact(json.dumps(settings.model_dump(mode="json"), indent=2)))
     for warning in loaded.warnings:
         typer.echo(f"WARN {warning}", err=True)
     if offline:
@@ -199,12 +231,38 @@ def check(
     if loaded.plan is not None:
         from priority_pubsub.dapr.check import missing_routes
 
-        problems += _run_reporting(missing_routes(loaded.plan, settings.app.url))
+        problems += _run_reporting(missing_routes(loaded.plan,
+                                                  settings.app.url.get_secret_value()))
     for problem in problems:
-        typer.echo(f"FAIL {problem}", err=True)
+        typer.echo(f"FAIL {redact(problem)}", err=True)
     if problems:
         raise typer.Exit(1)
     typer.echo("OK: config valid, driver and app reachable", err=True)
+
+
+@app.command()
+def provision(
+    config: ConfigOption = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Only show the plan; exit 3 if anything would change.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help='Print {"actions": [...]} instead of a table.')] = False,
+    update: Annotated[bool, typer.Option(
+        help="Also change existing resources whose settings differ (else: drift).")] = False,
+) -> None:
+    """Create the queues, topics, subscriptions and policies the config needs; verify the
+    ones that exist. Exit 0: all in place; 3: (would) change something or drift remains."""
+    from priority_pubsub.provision import Mode
+    from priority_pubsub.provision import provision as provision_entities
+
+    loaded = _loaded(config, DaprdFlags(), reach_app=True)
+    mode = Mode(dry_run=dry_run, update=update)
+    done = _run_reporting(provision_entities(loaded.settings, mode, loaded.plan))
+    if as_json:
+        typer.echo(done.as_json())
+    else:
+        done.render()
+    raise typer.Exit(done.exit_code)
 
 
 @app.command()
@@ -226,16 +284,26 @@ def publish(
     settings = _settings(config)
     if data is not None and file is not None:
         _fail("give --data or --file, not both", 2)
-    if data is not None:
-        body = data.encode()
-    else:
-        body = file.read_bytes() if file else sys.stdin.buffer.read()
+    body = _body(data, file)
     attributes = _parse_attributes(attr or [])
     ids = _run_reporting(
         publish_messages(settings, queue, body, attributes, count, content_type, via_sns)
     )
     for message_id in ids:
         typer.echo(message_id)
+
+
+def _body(data: str | None, file: Path | None) -> bytes:
+    """The bytes to publish. ``--data`` gives back the exact bytes of the argument, even when
+    they are not UTF-8 (Python decoded argv with surrogateescape), as stdin does."""
+    if data is not None:
+        return os.fsencode(data)
+    if file is None:
+        return sys.stdin.buffer.read()
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        _fail(f"--file {file}: {exc.strerror or exc}", 2)
 
 
 def _parse_attributes(pairs: list[str]) -> dict[str, str]:

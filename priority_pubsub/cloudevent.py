@@ -1,4 +1,5 @@
-"""Turn a transformed message into the HTTP request Dapr's sidecar would send (DESIGN §4).
+"""Turn a transformed message into the HTTP request Dapr's sidecar would send
+(README#the-app-contract-as-daprs-sidecar-does-it).
 
 Pure functions: no I/O, so every rule of the app contract is unit-testable.
 """
@@ -6,13 +7,14 @@ Pure functions: no I/O, so every rule of the app contract is unit-testable.
 from __future__ import annotations
 
 import base64
-import json
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from priority_pubsub import json_text
 from priority_pubsub.message import Message
 from priority_pubsub.transforms.base import Payload
 
@@ -20,6 +22,9 @@ CLOUDEVENT_CONTENT_TYPE = "application/cloudevents+json"
 EVENT_TYPE = "com.priority-pubsub.message"
 _REQUIRED = ("specversion", "id", "source", "type")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_UNSAFE_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
+"""What HTTP/1.1 (RFC 9110 §5.5) and aiohttp refuse in a header value: controls other than
+tab, DEL, and lone surrogates (not encodable as UTF-8)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,9 @@ class AppRequest:
     headers: dict[str, str]
     event: dict[str, Any] | None
     """The CloudEvent sent (None for raw delivery); used for expiration and tracing."""
+    adjusted_headers: tuple[str, ...] = ()
+    """Headers whose value was made safe or that were left out (see ``metadata_headers``);
+    the worker logs them once per attempt."""
 
 
 def parse_cloudevent(body: bytes) -> dict[str, Any] | None:
@@ -43,8 +51,8 @@ def _parse_object(body: bytes) -> Any:
     if body.lstrip()[:1] != b"{":
         return _NOT_PARSED
     try:
-        return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        return json_text.parse(body)
+    except json_text.JsonUnreadable:
         return _NOT_PARSED
 
 
@@ -62,24 +70,38 @@ def wrap_cloudevent(
     ``parsed`` is the body already decoded as JSON by the caller, if it was: decoding it once
     per delivery instead of twice shows in the sidecar's profile.
     """
-    event: dict[str, Any] = {
+    try:
+        data = json_text.parse(payload.body) if parsed is _NOT_PARSED else parsed
+    except json_text.JsonUnreadable:
+        # Not JSON, or JSON beyond this parser (nesting, huge integers): the bytes go as
+        # they are, so the app still gets the message and nothing is lost.
+        return _bytes_event(message, payload)
+    event = _envelope(message)
+    event["data"] = data
+    event["datacontenttype"] = payload.content_type or "application/json"
+    return event
+
+
+def _envelope(message: Message) -> dict[str, Any]:
+    return {
         "specversion": "1.0",
         "id": message.id,
         "source": f"priority-pubsub/{message.queue}",
         "type": EVENT_TYPE,
         "time": _rfc3339(message.enqueued_ms),
     }
-    try:
-        event["data"] = json.loads(payload.body) if parsed is _NOT_PARSED else parsed
-        event["datacontenttype"] = payload.content_type or "application/json"
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        content_type = payload.content_type or "application/octet-stream"
-        event["datacontenttype"] = content_type
-        text = _as_text(payload.body) if content_type.startswith("text/") else None
-        if text is not None:
-            event["data"] = text
-        else:
-            event["data_base64"] = base64.b64encode(payload.body).decode("ascii")
+
+
+def _bytes_event(message: Message, payload: Payload) -> dict[str, Any]:
+    """The body as ``data`` (``text/*`` that is UTF-8) or, losslessly, ``data_base64``."""
+    event = _envelope(message)
+    content_type = payload.content_type or "application/octet-stream"
+    event["datacontenttype"] = content_type
+    text = _as_text(payload.body) if content_type.startswith("text/") else None
+    if text is not None:
+        event["data"] = text
+    else:
+        event["data_base64"] = base64.b64encode(payload.body).decode("ascii")
     return event
 
 
@@ -89,33 +111,65 @@ def build_request(
     """Body and headers for one attempt; ``delivery`` is ``cloudevent`` or ``raw``."""
     parsed = _parse_object(payload.body)
     event = _as_cloudevent(parsed)
-    headers = metadata_headers(payload.attributes)
+    headers, adjusted = metadata_headers(payload.attributes)
     if api_token:
         headers["dapr-api-token"] = api_token
     if delivery == "raw":
         headers["Content-Type"] = payload.content_type or "application/octet-stream"
         if event is not None:
-            _copy_trace_headers(event, headers)
-        return AppRequest(payload.body, headers, event)
+            adjusted += _copy_trace_headers(event, headers)
+        return AppRequest(payload.body, headers, event, adjusted)
     if event is None:
         event = wrap_cloudevent(message, payload, parsed)
+    adjusted += _copy_trace_headers(event, headers)
+    headers["Content-Type"] = CLOUDEVENT_CONTENT_TYPE
+    try:
+        body = json_text.encode(_with_extensions(event, message))
+    except json_text.JsonUnreadable:  # parsed, but too deep to write back: send the bytes
+        event = _with_extensions(_bytes_event(message, payload), message)
+        body = json_text.encode(event)
+    return AppRequest(body, headers, event, adjusted)
+
+
+def _with_extensions(event: dict[str, Any], message: Message) -> dict[str, Any]:
     event["priority"] = message.priority
     event["queue"] = message.queue
     event["attempt"] = message.attempt
-    _copy_trace_headers(event, headers)
-    headers["Content-Type"] = CLOUDEVENT_CONTENT_TYPE
-    body = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return AppRequest(body, headers, event)
+    return event
 
 
-def metadata_headers(attributes: Mapping[str, str], prefix: str = "metadata.") -> dict[str, str]:
-    """Message attributes as ``<prefix><name>`` headers; names that are not valid header
-    tokens are skipped and values are kept on one line (a header cannot carry CR/LF)."""
+def metadata_headers(
+    attributes: Mapping[str, str], prefix: str = "metadata."
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """Message attributes as ``<prefix><name>`` headers, and the names of those adjusted.
+
+    A name that is not a valid header token is left out. A value is made safe, never
+    dropped: each character a header cannot carry (controls but tab, DEL, lone surrogates;
+    CR/LF included) is percent-encoded as its UTF-8 bytes (``a\x7fb`` -> ``a%7Fb``).
+    Brokers allow these (SQS allows DEL, Pub/Sub and Service Bus anything); refusing the
+    header would make a good message undeliverable.
+    """
     headers: dict[str, str] = {}
+    adjusted: list[str] = []
     for name, value in attributes.items():
-        if _HEADER_NAME.match(name):
-            headers[f"{prefix}{name}"] = " ".join(str(value).splitlines())
-    return headers
+        if not _HEADER_NAME.match(name):
+            adjusted.append(f"{prefix}{name}")
+            continue
+        text = str(value)
+        if not header_safe(text):
+            text = _UNSAFE_IN_HEADER.sub(_percent_encoded, text)
+            adjusted.append(f"{prefix}{name}")
+        headers[f"{prefix}{name}"] = text
+    return headers, tuple(adjusted)
+
+
+def header_safe(value: str) -> bool:
+    """Whether HTTP/1.1 (and aiohttp) can carry ``value`` in a header as it is."""
+    return _UNSAFE_IN_HEADER.search(value) is None
+
+
+def _percent_encoded(match: re.Match[str]) -> str:
+    return urllib.parse.quote(match.group(0), safe="", errors="surrogatepass")
 
 
 def is_expired(event: dict[str, Any] | None, now: datetime) -> bool:
@@ -131,11 +185,19 @@ def is_expired(event: dict[str, Any] | None, now: datetime) -> bool:
     return expiration <= now
 
 
-def _copy_trace_headers(event: dict[str, Any], headers: dict[str, str]) -> None:
+def _copy_trace_headers(event: dict[str, Any], headers: dict[str, str]) -> tuple[str, ...]:
+    """Trace headers from the event. One holding a character a header cannot carry is left
+    out (and named in the result): it is not a valid W3C value, so a tracer would ignore it,
+    and an altered one would name a different trace. The event keeps it as it was."""
+    left_out: list[str] = []
     for name in ("traceparent", "tracestate"):
         value = event.get(name)
         if isinstance(value, str) and value:
-            headers[name] = value
+            if not header_safe(value):
+                left_out.append(name)
+            else:
+                headers[name] = value
+    return tuple(left_out)
 
 
 def _as_text(body: bytes) -> str | None:

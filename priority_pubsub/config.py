@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -26,6 +27,11 @@ from priority_pubsub.backoff import compute_backoff
 from priority_pubsub.config_paths import anchor_relative_paths
 from priority_pubsub.dapr.options import DaprConfig
 from priority_pubsub.errors import ConfigError
+from priority_pubsub.publish_api.options import PublishApiConfig
+from priority_pubsub.redaction import CredentialUrl, SecretUrl, remember_secrets, secret_values
+
+if TYPE_CHECKING:
+    from priority_pubsub.drivers.base import DriverContext, DriverOptions
 
 ENV_PREFIX = "PRIORITY_PUBSUB"
 CONFIG_ENV = f"{ENV_PREFIX}_CONFIG"
@@ -50,7 +56,11 @@ class QueueConfig(_Strict):
 
 
 class DriverConfig(BaseModel):
-    """``type`` picks the driver; the other keys are validated by that driver's options model."""
+    """``type`` picks the driver; the other keys are validated by that driver's options model.
+
+    After ``load_config`` / ``validate_config`` the extra keys hold the *validated* values
+    (secrets as ``SecretStr``), so dumping the config prints no secret.
+    """
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -60,20 +70,51 @@ class DriverConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+class TransformEntry(BaseModel):
+    """A transform with options: ``{name: s3_claim_check, bucket: B, ...}``; the options are
+    validated by the transform's own ``options_model``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1)
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+APP_URL_SCHEMES = ("http://", "https://", "grpc://")
+
+
 class AppConfig(_Strict):
-    url: str = "http://127.0.0.1:8000/tasks"
+    url: CredentialUrl = SecretUrl("http://127.0.0.1:8000/tasks")
+    """``http(s)://`` delivers CloudEvents over HTTP; ``grpc://host:port`` calls Dapr's
+    ``AppCallback`` service (apps built with dapr-ext-grpc, ``--app-protocol grpc``). May carry
+    ``user:password@`` (basic auth): printed with the password masked."""
     timeout_s: float = Field(default=3600, gt=0)
     delivery: Literal["cloudevent", "raw"] = "cloudevent"
     fatal_codes: tuple[int, ...] = (400, 422)
     api_token: SecretStr = SecretStr("")
     max_response_bytes: int = Field(default=65_536, ge=1024)
+    pubsub_name: str = Field(default="pubsub", min_length=1)
+    """Native mode: the ``pubsubname`` the app sees (gRPC ``pubsub_name``) and the name the
+    publish API answers to. Dapr mode uses the component's name."""
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/") if value.count("/") > 3 else value
+    def _app_url(cls, value: SecretUrl) -> SecretUrl:
+        url = value.get_secret_value()
+        if not url.startswith(APP_URL_SCHEMES):
+            raise ValueError("must be an http://, https:// or grpc://host:port URL")
+        if url.startswith("grpc://"):
+            from priority_pubsub.app_channel.address import grpc_target
+
+            grpc_target(url)  # raises ValueError naming what is wrong
+            return value
+        return SecretUrl(url.rstrip("/") if url.count("/") > 3 else url)
+
+    @property
+    def is_grpc(self) -> bool:
+        return self.url.get_secret_value().startswith("grpc://")
 
     @field_validator("fatal_codes")
     @classmethod
@@ -126,6 +167,9 @@ class ServerConfig(_Strict):
 class JournalConfig(_Strict):
     path: Path = Path("./data/journal")
     rotate_mb: float = Field(default=64, gt=0)
+    fsync: Literal["none", "every_line"] = "none"
+    """none: a line is the kernel's once written (survives a crash of the sidecar);
+    every_line: also synced to disk before the next settle (survives power loss)."""
 
 
 class TracingConfig(_Strict):
@@ -154,13 +198,14 @@ class LogConfig(_Strict):
 
 
 class Settings(_Strict):
-    """The whole sidecar configuration (DESIGN §5)."""
+    """The whole sidecar configuration (README: Configuration)."""
 
     driver: DriverConfig = DriverConfig()
     queues: tuple[QueueConfig, ...] = Field(min_length=1)
     scheduling: Literal["strict", "weighted"] = "strict"
     concurrency: int = Field(default=4, ge=1, le=4096)
-    transforms: tuple[str, ...] = ()
+    transforms: tuple[str | TransformEntry, ...] = ()
+    """Plain names, or entries with options (``TransformEntry``), applied in order."""
     app: AppConfig = AppConfig()
     retry: RetryConfig = RetryConfig()
     dead_letter: DeadLetterConfig | None = None
@@ -171,8 +216,11 @@ class Settings(_Strict):
     log: LogConfig = LogConfig()
     tracing: TracingConfig | None = None
     """Off unless set here or ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is in the environment."""
+    _driver_options: DriverOptions | None = PrivateAttr(default=None)
     dapr: DaprConfig | None = None
     """Dapr mode: queues, driver and routes come from the Dapr resources (priority_pubsub.dapr)."""
+    publish_api: PublishApiConfig | None = None
+    """daprd's publish API (HTTP and gRPC) for apps that publish; off unless present."""
 
     @model_validator(mode="after")
     def _distinct_queues(self) -> Settings:
@@ -188,17 +236,24 @@ class Settings(_Strict):
     def queue_names(self) -> tuple[str, ...]:
         return tuple(q.name for q in self.queues)
 
-    def printable(self) -> dict[str, Any]:
-        """The config as JSON data with every secret masked, the driver's too: its keys are
-        dumped through the driver's own options model, whose secrets are ``SecretStr``."""
-        from priority_pubsub.plugins import driver_class
+    @property
+    def driver_context(self) -> DriverContext:
+        """What the driver is told about the deployment (and what its options are checked
+        against: lease limits, queue names)."""
+        from priority_pubsub.drivers.base import DriverContext
 
-        shown = self.model_dump(mode="json")
-        options = driver_class(self.driver.type).options_model.model_validate(
-            self.driver.options()
+        return DriverContext(
+            queues=self.queue_names,
+            dead_letter_queue=self.dead_letter.queue if self.dead_letter else None,
+            lease_duration_s=self.lease.duration_s,
         )
-        shown["driver"] = {"type": self.driver.type, **options.model_dump(mode="json")}
-        return shown
+
+    @property
+    def driver_options(self) -> DriverOptions:
+        """The driver's validated options model (set by ``validate_config``)."""
+        if self._driver_options is None:
+            raise ConfigError("driver options not validated: use load_config/validate_config")
+        return self._driver_options
 
 
 def resolve_config_path(path: str | Path | None) -> Path:
@@ -210,16 +265,20 @@ def load_config(path: str | Path | None = None) -> Settings:
     """Read, override from the environment, validate. Raises ``ConfigError`` (one line)."""
     config_path = resolve_config_path(path)
     raw = _read_with_dynaconf(config_path)
-    settings = validate_config(raw)
-    _validate_plugins(settings)
-    return settings
+    return validate_config(raw)
 
 
 def validate_config(raw: dict[str, Any]) -> Settings:
+    """The whole config, driver options and transforms included; every secret in it is
+    remembered so logs and CLI errors mask it (``priority_pubsub.redaction``)."""
     try:
-        return Settings.model_validate(raw)
+        settings = Settings.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from None
+    settings = _with_driver_options(settings)
+    _validate_transforms(settings)
+    remember_secrets(secret_values(settings))
+    return settings
 
 
 def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
@@ -274,7 +333,7 @@ def _refuse_dapr_manifest(config_path: Path) -> None:
 # float. Their environment values are taken verbatim instead.
 SECRET_KEYS = (
     ("app", "api_token"), ("driver", "connection_string"), ("driver", "url"),
-    ("driver", "password"),
+    ("driver", "password"), ("publish_api", "api_token"),
 )
 
 
@@ -300,20 +359,36 @@ def _env_keys_lowered(value: Any) -> Any:
     return value
 
 
-def _validate_plugins(settings: Settings) -> None:
-    from priority_pubsub.plugins import driver_class, transform_class
+def _with_driver_options(settings: Settings) -> Settings:
+    """Validate the driver's options against its model, with the deployment as validation
+    context (cross-field checks such as lease limits live in the options model), and keep the
+    validated model: ``settings.driver`` then holds validated values (secrets typed)."""
+    from priority_pubsub.plugins import driver_class
 
     cls = driver_class(settings.driver.type)
     try:
-        cls.options_model.model_validate(settings.driver.options())
+        options = cls.options_model.model_validate(
+            settings.driver.options(), context=settings.driver_context
+        )
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, prefix="driver")) from None
-    for index, name in enumerate(settings.transforms):
+    values = {name: getattr(options, name) for name in type(options).model_fields}
+    driver = DriverConfig.model_construct(type=settings.driver.type, **values)
+    validated = settings.model_copy(update={"driver": driver})
+    validated._driver_options = options
+    return validated
+
+
+def _validate_transforms(settings: Settings) -> None:
+    from priority_pubsub.plugins import transform_class
+    from priority_pubsub.transforms.base import build_transform
+
+    for index, entry in enumerate(settings.transforms):
         try:
-            transform_class(name)
+            transform_class(entry if isinstance(entry, str) else entry.name)
+            build_transform(entry)
+        except ValidationError as exc:
+            raise ConfigError(describe_validation_error(exc, prefix=f"transforms.{index}")
+                              ) from None
         except ConfigError as exc:
             raise ConfigError(f"transforms.{index}: {exc}") from None
-
-
-validate_plugins = _validate_plugins
-"""Driver options and transform names checked against the installed plugins."""

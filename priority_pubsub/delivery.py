@@ -1,7 +1,8 @@
-"""How one message becomes one HTTP request to the app: the seam between the worker and the
+"""How one message becomes one request to the app: the seam between the worker and the
 two delivery modes — native (CloudEvent wrapping and the other conveniences of
 ``cloudevent.build_request``) and Dapr (``priority_pubsub.dapr.delivery``: exactly what
-daprd sends).
+daprd sends) — and, after it, the app channel that carries the request (HTTP, or gRPC's
+``AppCallback``: ``priority_pubsub.app_channel``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,31 @@ from priority_pubsub.transforms.base import Payload
 
 
 @dataclass(frozen=True, slots=True)
+class Target:
+    """What daprd's gRPC channel names besides the event: ``TopicEventRequest``'s
+    ``pubsub_name``, ``topic`` and ``path`` (the route as written, "" for none)."""
+
+    pubsub_name: str
+    topic: str
+    path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Prepared:
     url: str
     request: AppRequest
+    target: Target | None = None
+
+
+class AppChannel(Protocol):
+    """Carries one prepared request to the app and reads its answer: the HTTP forwarder or
+    the gRPC ``AppCallback`` client. Every failure is an ``Outcome``, never an exception."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def deliver(self, prepared: Prepared) -> Outcome: ...
 
 
 class Delivery(Protocol):
@@ -38,10 +61,14 @@ class DropHandler(Protocol):
 
 
 class NativeDelivery:
-    """``app.url`` + the queue's ``route``; the body per ``app.delivery`` (DESIGN §4)."""
+    """``app.url`` + the queue's ``route``; the body per ``app.delivery``
+    (README#the-app-contract-as-daprs-sidecar-does-it)."""
 
     def __init__(self, settings: Settings) -> None:
-        self._routes = {q.name: settings.app.url + q.route for q in settings.queues}
+        app_url = settings.app.url.get_secret_value()
+        self._routes = {q.name: app_url + q.route for q in settings.queues}
+        self._targets = {q.name: Target(settings.app.pubsub_name, q.name, q.route)
+                         for q in settings.queues}
         self._token = settings.app.api_token.get_secret_value()
         self._delivery = settings.app.delivery
 
@@ -50,4 +77,4 @@ class NativeDelivery:
                                 api_token=self._token)
         if is_expired(request.event, datetime.now(UTC)):
             return Outcome.drop("expired: CloudEvent expiration has passed")
-        return Prepared(self._routes[message.queue], request)
+        return Prepared(self._routes[message.queue], request, self._targets[message.queue])

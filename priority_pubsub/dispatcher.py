@@ -10,7 +10,6 @@ and returns any surplus (lowest priority first) at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 
 from priority_pubsub.config import Settings
@@ -18,11 +17,13 @@ from priority_pubsub.drivers.base import Driver
 from priority_pubsub.errors import DriverError
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message
-from priority_pubsub.metrics import Metrics
+from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.scheduler import plan
+from priority_pubsub.settler import Settler
 
 log = get_logger(__name__)
 IDLE_WAIT_S = 20.0
+SURPLUS_REASON = "surplus: returned unseen"
 
 
 class Dispatcher:
@@ -30,13 +31,15 @@ class Dispatcher:
         self,
         settings: Settings,
         driver: Driver,
-        metrics: Metrics,
+        observer: DeliveryObserver,
+        settler: Settler,
         rng: random.Random | None = None,
         idle_wait_s: float = IDLE_WAIT_S,
     ) -> None:
         self._settings = settings
         self._driver = driver
-        self._metrics = metrics
+        self._observer = observer
+        self._settler = settler
         self._rng = rng or random.Random()
         self._names = settings.queue_names
         self._weights = [q.weight for q in settings.queues]
@@ -114,9 +117,8 @@ class Dispatcher:
     async def _keep_best(self, messages: list[Message], free: int) -> list[Message]:
         messages.sort(key=lambda m: m.priority)
         keep, surplus = messages[:free], messages[free:]
-        for message in surplus:
-            with contextlib.suppress(DriverError):
-                await self._driver.release(message)
+        for message in surplus:  # a settle like any other: journaled and counted
+            await asyncio.shield(self._settler.release(message, SURPLUS_REASON))
         return keep
 
     async def _receive(self, index: int, count: int, wait_s: float) -> list[Message]:
@@ -128,6 +130,6 @@ class Dispatcher:
             log.warning("receive failed", queue=name, error=str(exc), retriable=exc.retriable)
             raise
         self.healthy = True
-        self._metrics.queue(name, index).receive_calls[not batch].inc()
+        self._observer.receive_call(name, index, empty=not batch)
         return batch
 

@@ -52,3 +52,10 @@ class MessageTooLarge(DriverError):
 
 class TransformError(PriorityPubsubError):
     """A transform cannot make sense of a body; the message is dead-lettered, never retried."""
+
+
+class TransformUnavailable(TransformError):
+    """A transform needs a service that failed for now (e.g. S3 throttling or a network
+    error fetching a claim-checked body): the message is retried, not dead-lettered."""
+
+    retriable = True

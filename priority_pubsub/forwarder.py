@@ -6,24 +6,25 @@ concurrency so connections are reused and never exceed the app's capacity.
 
 from __future__ import annotations
 
-import json
-
 import aiohttp
 
+from priority_pubsub import json_text
 from priority_pubsub.cloudevent import AppRequest
 from priority_pubsub.config import AppConfig
+from priority_pubsub.delivery import Prepared
 from priority_pubsub.outcome import Outcome
 
 
 def classify(
     status: int, body: bytes, fatal_codes: tuple[int, ...], *, exact_status: bool = False
 ) -> Outcome:
-    """The app's answer as an outcome (DESIGN §4), following daprd's HTTP subscriber
-    (dapr ``pkg/runtime/subscription/postman/http/http.go``): any 2xx whose body is not a JSON
-    object, or whose ``status`` is empty or SUCCESS, acks; RETRY and unknown statuses retry;
-    DROP and 404 drop; every other code retries. Two differences, both native conveniences:
-    ``fatal_codes`` (empty in Dapr mode) dead-letter at once, and status strings match
-    case-insensitively unless ``exact_status`` (Dapr mode: daprd compares exactly).
+    """The app's answer as an outcome (README#the-app-contract-as-daprs-sidecar-does-it),
+    following daprd's HTTP subscriber (dapr ``pkg/runtime/subscription/postman/http/http.go``):
+    any 2xx whose body is not a JSON object, or whose ``status`` is empty or SUCCESS, acks;
+    RETRY and unknown statuses retry; DROP and 404 drop; every other code retries. Two
+    differences, both native conveniences: ``fatal_codes`` (empty in Dapr mode) dead-letter at
+    once, and status strings match case-insensitively unless ``exact_status`` (Dapr mode:
+    daprd compares exactly).
     """
     if 200 <= status < 300:
         return _classify_success(status, body, exact_status)
@@ -36,8 +37,8 @@ def classify(
 
 def _classify_success(status: int, body: bytes, exact_status: bool) -> Outcome:
     try:
-        document = json.loads(body) if body.strip() else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        document = json_text.parse(body) if body.strip() else None
+    except json_text.JsonUnreadable:
         return Outcome.ack(status)
     if not isinstance(document, dict):
         return Outcome.ack(status)
@@ -75,6 +76,9 @@ class Forwarder:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def deliver(self, prepared: Prepared) -> Outcome:
+        return await self.forward(prepared.url, prepared.request)
 
     async def forward(self, url: str, request: AppRequest) -> Outcome:
         assert self._session is not None, "start() first"

@@ -14,7 +14,7 @@ from priority_pubsub.drivers.base import Driver
 from priority_pubsub.errors import DriverError, LeaseLost
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message
-from priority_pubsub.metrics import Metrics
+from priority_pubsub.observer import DeliveryObserver
 
 log = get_logger(__name__)
 
@@ -28,12 +28,12 @@ class LeaseKeeper:
     """
 
     def __init__(
-        self, driver: Driver, message: Message, duration_s: float, metrics: Metrics
+        self, driver: Driver, message: Message, duration_s: float, observer: DeliveryObserver
     ) -> None:
         self._driver = driver
         self._message = message
         self._duration_s = duration_s
-        self._metrics = metrics
+        self._observer = observer
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self.lost = False
@@ -76,5 +76,5 @@ class LeaseKeeper:
                 await asyncio.sleep(interval)
                 continue
             interval = self._duration_s / 3
-            self._metrics.queue(message.queue, message.priority).lease_extensions.inc()
+            self._observer.lease_extended(message)
             await asyncio.sleep(interval)

@@ -1,11 +1,30 @@
-"""structlog set-up: one JSON object per line by default, a console renderer for humans."""
+"""structlog set-up: one JSON object per line by default, a console renderer for humans.
+
+Every line passes ``redact`` last: SDK errors carry endpoints and connection strings, and
+this is the one boundary all of them cross (structlog events and stdlib records alike).
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import structlog
+
+from priority_pubsub.redaction import redact
+
+
+def _redact_event(_: Any, __: str, event: Any) -> Any:
+    """The rendered line with credentials masked (runs after the renderer)."""
+    return redact(event) if isinstance(event, str) else event
+
+
+class RedactingFormatter(logging.Formatter):
+    """Stdlib records (SDK loggers, tracebacks included) with credentials masked."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
@@ -22,12 +41,15 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
+            _redact_event,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(RedactingFormatter(logging.BASIC_FORMAT))
+    logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler], force=True)
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN §7). Labels are bounded sets: queue, priority, outcome, empty.
+"""Prometheus metrics (README#operations). Labels are bounded sets: queue, priority, outcome, empty.
 
 Each sidecar owns its registry, so tests can run several in one process.
 """

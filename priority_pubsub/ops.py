@@ -61,10 +61,17 @@ async def check_reachability(settings: Settings) -> list[str]:
                 await driver.ping()
     except DriverError as exc:
         problems.append(f"driver {settings.driver.type}: {exc}")
+    if settings.app.is_grpc:
+        from priority_pubsub.app_channel.grpc import app_callback_health
+
+        problem = await app_callback_health(settings.app.url.get_secret_value(), 5)
+        if problem is not None:
+            problems.append(f"app {settings.app.url}: {problem}")
+        return problems
     try:
         timeout = aiohttp.ClientTimeout(total=5)
         async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.options(settings.app.url) as response:
+                session.options(settings.app.url.get_secret_value()) as response:
             await response.read()  # any HTTP answer means the app is listening
     except (aiohttp.ClientError, TimeoutError) as exc:
         problems.append(f"app {settings.app.url}: unreachable ({type(exc).__name__}: {exc})")
@@ -80,20 +87,35 @@ async def publish_messages(
     content_type: str | None,
     via_sns: str | None = None,
 ) -> list[str]:
+    from priority_pubsub.transforms.base import Payload, TransformChain
+
+    chain = TransformChain.from_config(settings.transforms)
+
+    async def prepared() -> Payload:  # each message its own (e.g. its own offloaded object)
+        return await chain.before_publish(Payload(body, dict(attributes), content_type))
+
+    ids: list[str] = []
     async with open_driver(settings) as driver:
         if via_sns is not None:
             publish_sns = getattr(driver, "publish_via_sns", None)
             if publish_sns is None:
                 raise ConfigError(f"--via-sns needs the sqs driver, not {settings.driver.type}")
-            return [await publish_sns(via_sns, body, dict(attributes)) for _ in range(count)]
+            for _ in range(count):
+                payload = await prepared()
+                ids.append(await publish_sns(via_sns, payload.body, payload.attributes))
+            return ids
         if not isinstance(driver, Publisher):
             raise ConfigError(f"driver {settings.driver.type} cannot publish")
-        ids: list[str] = []
+        sender: Publisher = driver
+
+        async def one() -> str:
+            payload = await prepared()
+            return await sender.publish(queue, payload.body, payload.attributes,
+                                        payload.content_type)
+
         for start in range(0, count, 100):  # concurrent in chunks: batched by the driver
             chunk = min(100, count - start)
-            ids += await asyncio.gather(*(
-                driver.publish(queue, body, attributes, content_type) for _ in range(chunk)
-            ))
+            ids += await asyncio.gather(*(one() for _ in range(chunk)))
         return ids
 
 

@@ -16,6 +16,13 @@ class Kind(enum.StrEnum):
     RELEASE = "release"
     """Handed back unseen (surplus of a wake-up, the app down): not an attempt where the
     broker lets us avoid counting it (``Driver.release``)."""
+    SETTLE_FAILED = "settle_failed"
+    """The settle call failed or was refused (lease lost): the broker did not do what was
+    asked and delivers the message again when its lease ends. Never an app's answer."""
+
+
+FINAL_KINDS = frozenset({Kind.ACK, Kind.DEAD, Kind.DROP})
+"""After these the broker no longer holds the message (the report's "completed")."""
 
 
 @dataclass(frozen=True, slots=True)

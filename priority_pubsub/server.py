@@ -1,23 +1,35 @@
-"""The sidecar's own small HTTP server: liveness, readiness and Prometheus metrics."""
+"""The sidecar's own small HTTP server: liveness, readiness and Prometheus metrics.
+
+It is given the three callables it serves, not the sidecar (FastStream's ping factory style):
+whether the event loop stalled, why the sidecar is not ready, and the metrics text.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from priority_pubsub.config import ServerConfig
 from priority_pubsub.logs import get_logger
-
-if TYPE_CHECKING:
-    from priority_pubsub.sidecar import Sidecar
 
 log = get_logger(__name__)
 
 
 class OpsServer:
-    def __init__(self, sidecar: Sidecar) -> None:
-        self._sidecar = sidecar
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        stalled: Callable[[], bool],
+        readiness_problem: Callable[[], Awaitable[str | None]],
+        render_metrics: Callable[[], bytes],
+    ) -> None:
+        self._config = config
+        self._stalled = stalled
+        self._readiness_problem = readiness_problem
+        self._render_metrics = render_metrics
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -28,7 +40,7 @@ class OpsServer:
         app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        config = self._sidecar.settings.server
+        config = self._config
         site = web.TCPSite(self._runner, config.host, config.port)
         await site.start()
         addresses = self._runner.addresses
@@ -41,16 +53,16 @@ class OpsServer:
             self._runner = None
 
     async def _healthz(self, _: web.Request) -> web.Response:
-        if self._sidecar.watchdog.stalled:
+        if self._stalled():
             return web.json_response({"status": "event loop stalled"}, status=503)
         return web.json_response({"status": "alive"})
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        problem = await self._sidecar.readiness_problem()
+        problem = await self._readiness_problem()
         if problem:
             return web.json_response({"status": "not ready", "reason": problem}, status=503)
         return web.json_response({"status": "ready"})
 
     async def _metrics(self, _: web.Request) -> web.Response:
-        body = self._sidecar.metrics.render()
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=self._render_metrics(),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})

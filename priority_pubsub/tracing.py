@@ -150,7 +150,7 @@ class _SpanAttempt:
             span.set_attribute("http.response.status_code", outcome.http_status)
         if outcome.reason:
             span.set_attribute("priority_pubsub.reason", outcome.reason)
-        if outcome.kind in (Kind.RETRY, Kind.DEAD):
+        if outcome.kind in (Kind.RETRY, Kind.DEAD, Kind.SETTLE_FAILED):
             span.set_status(Status(StatusCode.ERROR, outcome.reason))
         span.end()
 

@@ -1,35 +1,33 @@
-"""One worker's handling of one message: transform, forward, decide, settle, journal.
+"""One worker's handling of one message: admit, transform, forward, decide, settle.
 
-The forwarder returns an ``Outcome`` value; this module turns it into exactly one driver
-call. Settling is shielded from cancellation (a shutdown must not leave a half-settled
-message) and a retriable settle failure is retried until the lease would have lapsed.
+The forwarder returns an ``Outcome`` value; the ``Settler`` turns it into exactly one
+driver call and one ``settled`` event. Settling is shielded from cancellation (a shutdown
+must not leave a half-settled message).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from priority_pubsub.backoff import Backoff
 from priority_pubsub.config import Settings
-from priority_pubsub.delivery import Delivery, DropHandler, NativeDelivery
+from priority_pubsub.delivery import AppChannel, Delivery, NativeDelivery
 from priority_pubsub.drivers.base import Driver
-from priority_pubsub.errors import DriverError, LeaseLost, TransformError
-from priority_pubsub.forwarder import Forwarder
-from priority_pubsub.journal import JournalRecord, JournalWriter
+from priority_pubsub.errors import TransformError
 from priority_pubsub.leases import LeaseKeeper
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message, now_ms
-from priority_pubsub.metrics import Metrics
+from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.settlement import admit
+from priority_pubsub.settler import Settler
 from priority_pubsub.tracing import NO_TRACE, NO_TRACING, AttemptTrace, DeliveryTracer
 from priority_pubsub.transforms.base import Payload, TransformChain
 
 log = get_logger("priority_pubsub.delivery")
 SHUTDOWN_REASON = "sidecar shutting down: returned to the queue"
-_Call = Callable[[], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -38,6 +36,8 @@ class Attempt:
     forwarded_ms: int | None = None
     outcome: Outcome | None = None
     trace: AttemptTrace = NO_TRACE
+    payload: Payload | None = None
+    """The transformed payload, for the transforms' settle hooks (claim checks)."""
 
 
 class Worker:
@@ -47,9 +47,9 @@ class Worker:
         self,
         settings: Settings,
         driver: Driver,
-        forwarder: Forwarder,
-        metrics: Metrics,
-        journal: JournalWriter | None,
+        forwarder: AppChannel,
+        observer: DeliveryObserver,
+        settler: Settler,
         delivery: Delivery | None = None,
         tracer: DeliveryTracer = NO_TRACING,
     ) -> None:
@@ -57,24 +57,23 @@ class Worker:
         self._tracer = tracer
         self._driver = driver
         self._forwarder = forwarder
-        self._metrics = metrics
-        self._journal = journal
-        self._chain = TransformChain.from_names(settings.transforms)
+        self._observer = observer
+        self._settler = settler
+        self._chain = TransformChain.from_config(settings.transforms)
         self._delivery = delivery or NativeDelivery(settings)
-        self._log_successes = settings.log.level == "debug"
 
     async def handle(self, message: Message) -> None:
         """Run one attempt to its settled end. Cancellation returns the message at once."""
         attempt = Attempt(message, trace=self._tracer.attempt(message))
         keeper = LeaseKeeper(self._driver, message, self._settings.lease.duration_s,
-                             self._metrics)
+                             self._observer)
         keeper.start()
         try:
             attempt.outcome = await self._decide(attempt)
         except asyncio.CancelledError:
             attempt.outcome = Outcome.retry(SHUTDOWN_REASON)
             await keeper.stop()
-            await asyncio.shield(self._settle(attempt, immediate=True))
+            await asyncio.shield(self._settle(attempt, shutting_down=True))
             raise
         except Exception as exc:
             # A bug must not strand the message under a lease extended forever: it is
@@ -83,119 +82,55 @@ class Worker:
                           queue=message.queue)
             attempt.outcome = Outcome.retry(f"internal error: {type(exc).__name__}: {exc}"[:300])
         await keeper.stop()
-        await asyncio.shield(self._settle(attempt, immediate=False))
+        await asyncio.shield(self._settle(attempt, shutting_down=False))
+
+    async def _settle(self, attempt: Attempt, *, shutting_down: bool) -> None:
+        assert attempt.outcome is not None
+        settled = await self._settler.settle(attempt.message, attempt.outcome,
+                                             forwarded_ms=attempt.forwarded_ms,
+                                             shutting_down=shutting_down, trace=attempt.trace)
+        if settled.kind is not Kind.SETTLE_FAILED:
+            await self._after_settle(attempt, Outcome(settled.kind, settled.http_status,
+                                                      settled.reason))
 
     async def _decide(self, attempt: Attempt) -> Outcome:
         message = attempt.message
         if message.defect is not None:
-            return Outcome.dead(f"unreadable message: {message.defect}")
-        max_attempts = self._settings.retry.max_attempts
-        # Where a release counts as an attempt (SQS, Pub/Sub, Service Bus), a count past the
-        # limit may be releases the app never saw: deliver once more, the answer decides.
-        if message.attempt > max_attempts and not self._driver.releases_count_as_attempts:
-            return Outcome.dead(f"max attempts ({max_attempts}) exceeded before delivery")
+            return Outcome.dead(f"malformed message: {message.defect}")
+        refused = admit(message.attempt, self._settings.retry,
+                        releases_counted=self._driver.releases_count_as_attempts)
+        if refused is not None:
+            return refused
         try:
-            payload = self._chain(
+            payload = await self._chain.apply(
                 Payload(message.body, dict(message.attributes), message.content_type)
             )
         except TransformError as exc:
+            if exc.retriable:
+                return Outcome.retry(f"transform unavailable: {exc}")
             return Outcome.dead(f"transform failed: {exc}")
+        attempt.payload = payload
         prepared = self._delivery.prepare(message, payload)
         if isinstance(prepared, Outcome):
             return prepared
+        if prepared.request.adjusted_headers:
+            log.warning("headers made safe or left out: characters a header cannot carry",
+                        message_id=message.id, queue=message.queue,
+                        headers=list(prepared.request.adjusted_headers))
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
         request = attempt.trace.inject(prepared.request, prepared.url)
-        outcome = await self._forwarder.forward(prepared.url, request)
-        self._metrics.queue(message.queue, message.priority).forward_seconds.observe(
-            time.perf_counter() - started
-        )
+        outcome = await self._forwarder.deliver(dataclasses.replace(prepared, request=request))
+        self._observer.forwarded(message, time.perf_counter() - started)
         return outcome
 
-    async def _settle(self, attempt: Attempt, *, immediate: bool) -> None:
-        message, outcome = attempt.message, attempt.outcome
-        assert outcome is not None
-        outcome = self._final_outcome(message, outcome)
-        delay_s = 0.0 if immediate else self._settings.retry.delay_for(message.attempt)
-        decided = outcome
-        attempt.trace.settling()
+    async def _after_settle(self, attempt: Attempt, outcome: Outcome) -> None:
+        """The transforms' settle hooks; their failures are logged, never change the outcome
+        (the message is settled already)."""
+        if attempt.payload is None:
+            return
         try:
-            await self._with_retries(message, lambda: self._settle_call(message, decided, delay_s))
-        except LeaseLost as exc:
-            outcome = Outcome(outcome.kind, outcome.http_status,
-                              f"{outcome.reason or outcome.kind}; settle refused: {exc}")
-            log.error("settle refused: lease lost", **self._fields(message, outcome))
-        except Exception as exc:  # DriverError, or a third-party driver's bug: report, go on
-            log.error("settle failed", error=repr(exc), **self._fields(message, outcome))
-            outcome = Outcome(outcome.kind, outcome.http_status,
-                              f"{outcome.reason or outcome.kind}; settle failed: {exc}")
-        self._record(attempt, outcome)
-
-    def _final_outcome(self, message: Message, outcome: Outcome) -> Outcome:
-        max_attempts = self._settings.retry.max_attempts
-        if outcome.kind is Kind.RETRY and outcome.reason != SHUTDOWN_REASON \
-                and message.attempt >= max_attempts:
-            return Outcome.dead(
-                f"max attempts ({max_attempts}) reached; last: {outcome.reason}",
-                outcome.http_status,
-            )
-        return outcome
-
-    async def _settle_call(self, message: Message, outcome: Outcome, delay_s: float) -> None:
-        if outcome.kind is Kind.ACK:
-            await self._driver.ack(message)
-        elif outcome.kind is Kind.RETRY:
-            await self._driver.retry(message, delay_s)
-        elif outcome.kind is Kind.RELEASE:
-            await self._driver.release(message, delay_s)
-        elif outcome.kind is Kind.DROP and isinstance(self._driver, DropHandler):
-            await self._driver.drop(message, outcome.reason or outcome.kind.value)
-        elif self._driver.dead_letter_enabled:
-            await self._driver.dead_letter(message, outcome.reason or outcome.kind.value)
-        else:
-            # No dead-letter destination: delete, but the journal and the log keep the trace.
-            await self._driver.ack(message)
-
-    async def _with_retries(self, message: Message, call: _Call) -> None:
-        backoff = Backoff(initial_s=0.1, max_s=5.0)
-        while True:
-            try:
-                await call()
-                return
-            except DriverError as exc:
-                if not exc.retriable or message.lease.remaining_s() < backoff.next_s():
-                    raise
-                log.warning("settle failed, retrying", message_id=message.id,
-                            queue=message.queue, error=str(exc))
-                await backoff.sleep()
-
-    def _record(self, attempt: Attempt, outcome: Outcome) -> None:
-        message = attempt.message
-        settled = now_ms()
-        attempt.trace.end(outcome)
-        self._metrics.queue(message.queue, message.priority).settled[outcome.kind.value].inc()
-        duration_ms = settled - (attempt.forwarded_ms or message.received_ms)
-        # Successes at debug, as Dapr logs them: the journal and the metrics count every
-        # attempt; the log is for what needs a look.
-        if outcome.kind is not Kind.ACK:
-            log.warning("not delivered", duration_ms=duration_ms,
-                        **self._fields(message, outcome))
-        elif self._log_successes:
-            log.debug("delivered", duration_ms=duration_ms, **self._fields(message, outcome))
-        if self._journal is not None:
-            self._journal.append(JournalRecord(
-                message_id=message.id, queue=message.queue, priority=message.priority,
-                driver=self._settings.driver.type, attempt=message.attempt,
-                enqueued_ms=message.enqueued_ms, received_ms=message.received_ms,
-                forwarded_ms=attempt.forwarded_ms, settled_ms=settled,
-                outcome=outcome.kind.value, http_status=outcome.http_status,
-                reason=outcome.reason, bytes=len(message.body),
-            ))
-
-    @staticmethod
-    def _fields(message: Message, outcome: Outcome) -> dict[str, object]:
-        return {
-            "message_id": message.id, "queue": message.queue, "priority": message.priority,
-            "attempt": message.attempt, "outcome": outcome.kind.value,
-            "http_status": outcome.http_status, "reason": outcome.reason,
-        }
+            await self._chain.after_settle(outcome, attempt.payload)
+        except Exception as exc:
+            log.warning("after-settle hook failed", message_id=attempt.message.id,
+                        queue=attempt.message.queue, error=repr(exc))

@@ -7,4 +7,6 @@ pytest_plugins = [
     "tests.support.pubsub_emulator",
     "tests.support.moto_server",
     "tests.support.redis_server",
+    "tests.support.servicebus.fixtures",
+    "tests.support.topologies.fixtures",
 ]

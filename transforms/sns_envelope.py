@@ -9,9 +9,9 @@ a ``TransformError``: the message is dead-lettered with the reason.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from priority_pubsub import json_text
 from priority_pubsub.errors import TransformError
 from priority_pubsub.transforms.base import Payload
 
@@ -34,8 +34,8 @@ class SnsEnvelope:
 
 def _parse_json(body: bytes) -> Any:
     try:
-        return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json_text.parse(body)
+    except json_text.JsonUnreadable as exc:
         raise TransformError(f"body is not JSON: {exc}") from None
 
 
@@ -54,4 +54,8 @@ def _unwrap(envelope: dict[str, Any], payload: Payload) -> Payload:
     stripped = message.lstrip()
     if stripped.startswith(("{", "[")):
         content_type = content_type or "application/json"
-    return Payload(message.encode("utf-8"), attributes, content_type)
+    try:
+        body = message.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TransformError("SNS 'Message' holds a lone surrogate: not valid Unicode") from None
+    return Payload(body, attributes, content_type)

@@ -3,8 +3,9 @@
 Every line falls in exactly one class:
 - ``malformed``: not a JSON object of the schema's shape (Spark's corrupt-record column is set
   and no known version could be read), e.g. a torn last line after a kill -9;
-- ``unknown_version``: a ``v`` other than this code's ``SCHEMA_VERSION`` (a newer sidecar);
-- ``invalid``: version 1 but a required field is missing or ``outcome`` is not a known one;
+- ``unknown_version``: a ``v`` this code cannot read (``READABLE_VERSIONS``: a newer sidecar);
+- ``invalid``: a known version but a required field is missing or ``outcome`` is unknown;
+- ``released``: a ``release`` record (v2): handed back unseen, no delivery; counted only;
 - ``valid``: everything else, the only records the report aggregates.
 """
 
@@ -15,11 +16,12 @@ from typing import TYPE_CHECKING
 
 from priority_pubsub.analytics.schema import (
     CORRUPT_COLUMN,
-    OUTCOMES,
-    SCHEMA_VERSION,
+    READABLE_VERSIONS,
+    RECORD_OUTCOMES,
     journal_struct,
     required_field_names,
 )
+from priority_pubsub.outcome import Kind
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -38,6 +40,8 @@ class LineCounts:
     unknown_version: int = 0
     invalid: int = 0
     out_of_range: int = 0
+    released: int = 0
+    """``release`` records: messages handed back unseen (surplus of a wake-up)."""
     samples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -46,7 +50,7 @@ class LineCounts:
 
     @property
     def total(self) -> int:
-        return self.valid + self.bad + self.out_of_range
+        return self.valid + self.bad + self.out_of_range + self.released
 
 
 def read_raw(spark: SparkSession, journal_glob: str) -> DataFrame:
@@ -69,9 +73,10 @@ def _classify() -> Column:
         missing = missing | F.col(name).isNull()
     version = F.col("v")
     return (
-        F.when(version.isNotNull() & (version != SCHEMA_VERSION), "unknown_version")
+        F.when(version.isNotNull() & ~version.isin(*READABLE_VERSIONS), "unknown_version")
         .when(F.col(CORRUPT_COLUMN).isNotNull(), "malformed")
-        .when(missing | ~F.col("outcome").isin(*OUTCOMES), "invalid")
+        .when(missing | ~F.col("outcome").isin(*RECORD_OUTCOMES), "invalid")
+        .when(F.col("outcome") == Kind.RELEASE.value, "released")
         .otherwise("valid")
     )
 
@@ -132,6 +137,7 @@ def load(
         unknown_version=counts.get("unknown_version", 0),
         invalid=counts.get("invalid", 0),
         out_of_range=counts.get("out_of_range", 0),
+        released=counts.get("released", 0),
         samples=samples,
     )
     valid = classed.where(F.col("_class") == "valid").drop("_class", CORRUPT_COLUMN)

@@ -239,7 +239,9 @@ def _outcomes(d: PageData) -> str:
     return (
         "<h2>Outcomes</h2><p><b>ack</b>: the app accepted it · <b>retry</b>: it goes back "
         "to the queue for another attempt · <b>dead</b>: given up, moved to the "
-        "dead-letter queue · <b>drop</b>: discarded on purpose (e.g. the app answered 404)."
+        "dead-letter queue · <b>drop</b>: discarded on purpose (e.g. the app answered 404) · "
+        "<b>settle_failed</b>: the broker refused or failed the settle call, so it delivers "
+        "the message again (not completed)."
         "</p>" + chart + table(["priority (queues)", "deliveries", *OUTCOMES], rows)
     )
 
@@ -368,6 +370,8 @@ def _quality(d: PageData) -> str:
     rows = [
         ("valid, in range", f"{c.valid:,}", "aggregated on this page"),
         ("valid, outside --since/--until", f"{c.out_of_range:,}", "skipped"),
+        ("released unseen", f"{c.released:,}",
+         "surplus of a wake-up handed back before the app saw it: no delivery"),
         (
             "malformed",
             f"{c.malformed:,}",

@@ -10,19 +10,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from priority_pubsub.journal import JOURNAL_FIELDS, OUTCOMES, SCHEMA_VERSION
+from priority_pubsub.journal import JOURNAL_FIELDS, READABLE_VERSIONS, SCHEMA_VERSION
+from priority_pubsub.journal import OUTCOMES as RECORD_OUTCOMES
+from priority_pubsub.outcome import FINAL_KINDS, Kind
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 CORRUPT_COLUMN = "_corrupt_record"
-# Outcomes after which the broker no longer holds the message.
-FINAL_OUTCOMES = tuple(o for o in OUTCOMES if o != "retry")
+OUTCOMES = tuple(o for o in RECORD_OUTCOMES if o != Kind.RELEASE)
+"""Outcomes of a delivery: the report's columns. A ``release`` record is no delivery (the
+app never saw the message); such records are counted apart (``LineCounts.released``)."""
+FINAL_OUTCOMES = tuple(o for o in OUTCOMES if o in FINAL_KINDS)
+"""Outcomes after which the broker no longer holds the message (not retry, not a failed
+settle: the broker delivers those again)."""
 
 __all__ = [
     "CORRUPT_COLUMN",
     "FINAL_OUTCOMES",
     "OUTCOMES",
+    "READABLE_VERSIONS",
+    "RECORD_OUTCOMES",
     "SCHEMA_VERSION",
     "journal_struct",
     "require_fields",

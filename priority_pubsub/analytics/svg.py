@@ -14,7 +14,8 @@ from html import escape
 WIDTH, HEIGHT = 620, 260
 LEFT, RIGHT, TOP, BOTTOM = 64, 44, 28, 44
 PRIORITY_COLOURS = ("#c0392b", "#e67e22", "#2471a3", "#229954", "#7d3c98", "#5d6d7e")
-OUTCOME_COLOURS = {"ack": "#2e7d32", "retry": "#f9a825", "dead": "#b71c1c", "drop": "#757575"}
+OUTCOME_COLOURS = {"ack": "#2e7d32", "retry": "#f9a825", "dead": "#b71c1c", "drop": "#757575",
+                   "settle_failed": "#6a1b9a"}
 
 Series = dict[str, list[tuple[float, float]]]
 

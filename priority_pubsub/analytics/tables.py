@@ -8,7 +8,9 @@ Definitions (also shown on the HTML page):
   their ``received - enqueued`` includes the retry backoff the sidecar chose, which says
   nothing about priorities;
 - *processing* is ``settled - forwarded``: the app's time on the attempt plus settling;
-- a message is *completed* by its final outcome (ack, dead or drop); retry is not final.
+- a message is *completed* by its final outcome (ack, dead or drop); retry and
+  settle_failed (the broker delivers it again) are not final; ``release`` records (handed
+  back unseen) are no deliveries and are left out (``LineCounts.released``).
 Percentiles use Spark's ``percentile_approx`` with accuracy ``PERCENTILE_ACCURACY``: the
 returned value's rank is within ``n / PERCENTILE_ACCURACY`` of the exact rank.
 """

@@ -13,6 +13,8 @@ from priority_pubsub.dapr.routing import app_path
 
 async def missing_routes(plan: DaprPlan, app_url: str, timeout_s: float = 5) -> list[str]:
     problems: list[str] = []
+    if app_url.startswith("grpc://"):
+        return problems  # gRPC routes are a field of the request, not paths to probe
     base = app_url.rstrip("/")
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as session:

@@ -32,9 +32,6 @@ TopicPublisher = Callable[[str, bytes], None]
 class DeadLetterTopics:
     name: ClassVar[str] = "dapr-dead-letter-topics"
     options_model: ClassVar[type[DriverOptions]] = DriverOptions
-    releases_count_as_attempts: ClassVar[bool] = True
-    """A class cannot know the wrapped driver's answer: assume the cautious one (the worker
-    then delivers once more rather than dead-letter a message the app never saw)."""
 
     def __init__(self, driver: Driver, delivery: DaprDelivery,
                  publish: TopicPublisher | None) -> None:
@@ -63,6 +60,10 @@ class DeadLetterTopics:
 
     async def release(self, message: Message, delay_s: float = 0.0) -> None:
         await self._driver.release(message, delay_s)
+
+    @property
+    def releases_count_as_attempts(self) -> bool:
+        return self._driver.releases_count_as_attempts
 
     async def extend(self, message: Message, duration_s: float) -> None:
         await self._driver.extend(message, duration_s)

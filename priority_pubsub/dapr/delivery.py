@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from priority_pubsub import json_text
 from priority_pubsub.cloudevent import (
     CLOUDEVENT_CONTENT_TYPE,
     AppRequest,
+    header_safe,
     is_expired,
     metadata_headers,
 )
@@ -35,7 +37,7 @@ from priority_pubsub.config import AppConfig
 from priority_pubsub.dapr.plan import DaprPlan
 from priority_pubsub.dapr.routing import RoutingError, app_path, choose_path
 from priority_pubsub.dapr.subscriptions import Subscription
-from priority_pubsub.delivery import Prepared
+from priority_pubsub.delivery import Prepared, Target
 from priority_pubsub.errors import TransformError
 from priority_pubsub.message import Message
 from priority_pubsub.outcome import Outcome
@@ -60,7 +62,7 @@ class Decoded:
 class DaprDelivery:
     def __init__(self, plan: DaprPlan, app: AppConfig) -> None:
         self._plan = plan
-        self._base_url = app.url.rstrip("/")
+        self._base_url = app.url.get_secret_value().rstrip("/")
         self._token = app.api_token.get_secret_value()
 
     def decode(self, message: Message, payload: Payload) -> Decoded | Outcome:
@@ -95,8 +97,10 @@ class DaprDelivery:
             return Outcome.retry(reason)
         if path is None:
             return Outcome.drop(f"topic {decoded.topic}: no route matched")
-        headers = self._headers(decoded.metadata, event)
-        return Prepared(self._base_url + app_path(path), AppRequest(body, headers, event))
+        headers, adjusted = self._headers(decoded.metadata, event)
+        target = Target(self._plan.component.name, decoded.topic, path)
+        return Prepared(self._base_url + app_path(path),
+                        AppRequest(body, headers, event, adjusted), target)
 
     def _event_and_body(self, decoded: Decoded) -> tuple[dict[str, Any], bytes]:
         if decoded.subscription.raw_payload:
@@ -108,8 +112,8 @@ class DaprDelivery:
                 event["traceid"] = decoded.metadata["traceparent"]
             return event, go_json(event)
         try:
-            event = json.loads(decoded.data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            event = json_text.parse(decoded.data)  # nesting past Python's limit included
+        except json_text.JsonUnreadable as exc:
             raise ValueError(f"error deserializing cloud event: {exc}") from None
         if not isinstance(event, dict):
             raise ValueError("error deserializing cloud event: not a JSON object")
@@ -118,20 +122,26 @@ class DaprDelivery:
                 event[name] = decoded.metadata[name]
         return event, decoded.data
 
-    def _headers(self, metadata: dict[str, str], event: dict[str, Any]) -> dict[str, str]:
+    def _headers(
+        self, metadata: dict[str, str], event: dict[str, Any]
+    ) -> tuple[dict[str, str], tuple[str, ...]]:
+        """The headers, and those made safe or left out (a value HTTP cannot carry: see
+        ``cloudevent.metadata_headers``; a trace header holding one is left out)."""
         lowered = {key.lower(): value for key, value in metadata.items()
                    if key.lower() not in _NOT_FORWARDED}
-        headers = metadata_headers(lowered, prefix="")
+        headers, adjusted = metadata_headers(lowered, prefix="")
         trace = event.get("traceparent") or event.get("traceid")
-        if isinstance(trace, str) and trace:
-            headers["traceparent"] = trace
-            state = event.get("tracestate")
-            if isinstance(state, str) and state:
-                headers["tracestate"] = state
+        state = event.get("tracestate")
+        for name, value in (("traceparent", trace), ("tracestate", state if trace else None)):
+            if isinstance(value, str) and value:
+                if header_safe(value):
+                    headers[name] = value
+                else:
+                    adjusted += (name,)
         headers["Content-Type"] = CLOUDEVENT_CONTENT_TYPE
         if self._token:
             headers["dapr-api-token"] = self._token
-        return headers
+        return headers, adjusted
 
 
 def from_raw_payload(data: bytes, topic: str, pubsub: str) -> dict[str, Any]:

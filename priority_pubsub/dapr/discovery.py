@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
+from priority_pubsub.backoff import Backoff
 from priority_pubsub.dapr.subscriptions import APP_SOURCE, Subscription, from_app
 from priority_pubsub.errors import ConfigError, PriorityPubsubError
 from priority_pubsub.logs import get_logger
@@ -24,12 +25,22 @@ class AppNotAnswering(PriorityPubsubError):
     """The app did not answer ``GET /dapr/subscribe`` in time (exit 1, not a config error)."""
 
 
+def app_subscriptions(app_url: str, app_id: str, timeout_s: float) -> list[Subscription]:
+    """The app's programmatic subscriptions over its channel: HTTP ``GET /dapr/subscribe``,
+    or gRPC ``ListTopicSubscriptions`` for a ``grpc://`` app."""
+    if app_url.startswith("grpc://"):
+        from priority_pubsub.app_channel.grpc import list_topic_subscriptions
+
+        return list_topic_subscriptions(app_url, timeout_s)
+    return fetch_app_subscriptions(app_url, app_id, timeout_s)
+
+
 def fetch_app_subscriptions(app_url: str, app_id: str, timeout_s: float) -> list[Subscription]:
     url = app_url.rstrip("/") + SUBSCRIBE_PATH
     request = urllib.request.Request(url, headers={
         "dapr-app-id": app_id, "Content-Type": "application/json"})
     deadline = time.monotonic() + timeout_s
-    pause = 0.1
+    backoff = Backoff(initial_s=0.1, max_s=2.0)
     while True:
         try:
             with urllib.request.urlopen(request, timeout=5) as answer:
@@ -41,11 +52,10 @@ def fetch_app_subscriptions(app_url: str, app_id: str, timeout_s: float) -> list
                           status=exc.code, url=url)
             return []
         except (urllib.error.URLError, OSError) as exc:
-            if time.monotonic() + pause > deadline:
+            if time.monotonic() + backoff.next_s() > deadline:
                 raise AppNotAnswering(f"the app did not answer GET {url} within "
                                       f"{timeout_s:g}s ({exc})") from None
-            time.sleep(pause)
-            pause = min(pause * 2, 2.0)
+            time.sleep(backoff.failed())
     if not body.strip():
         return []
     try:

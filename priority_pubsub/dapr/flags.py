@@ -49,8 +49,9 @@ class DaprdFlags:
     def apply(self, raw: dict[str, Any]) -> list[str]:
         """Write the flags into the raw config (flags win: they are the most specific);
         return warnings for flags read but not honoured."""
-        if self.app_protocol not in (None, "http"):
-            raise ConfigError(f"--app-protocol {self.app_protocol}: only http is supported")
+        if self.app_protocol not in (None, "http", "grpc"):
+            raise ConfigError(f"--app-protocol {self.app_protocol}: only http and grpc are "
+                              "supported")
         dapr = dict(raw.get("dapr") or {})
         if self.resources_path:
             dapr["resources_path"] = list(self.resources_path)
@@ -61,7 +62,9 @@ class DaprdFlags:
         if dapr:
             raw["dapr"] = dapr
         if self.app_port is not None:
-            raw["app"] = {**(raw.get("app") or {}), "url": f"http://127.0.0.1:{self.app_port}"}
+            scheme = "grpc" if self.app_protocol == "grpc" else "http"
+            raw["app"] = {**(raw.get("app") or {}),
+                          "url": f"{scheme}://127.0.0.1:{self.app_port}"}
         if self.app_max_concurrency is not None:
             raw["concurrency"] = self.app_max_concurrency
         if self.log_level is not None:

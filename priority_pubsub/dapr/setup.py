@@ -18,7 +18,6 @@ from priority_pubsub.config import (
     read_config_file,
     resolve_config_path,
     validate_config,
-    validate_plugins,
 )
 from priority_pubsub.dapr.flags import DaprdFlags
 from priority_pubsub.dapr.options import DaprConfig
@@ -45,13 +44,12 @@ def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: boo
     warnings = flags.apply(raw)
     if "dapr" not in raw:
         settings = validate_config(raw)
-        validate_plugins(settings)
         return Loaded(settings, None, tuple(warnings))
     return _load_dapr(raw, reach_app, warnings)
 
 
 def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loaded:
-    from priority_pubsub.dapr.discovery import fetch_app_subscriptions
+    from priority_pubsub.dapr.discovery import app_subscriptions
     from priority_pubsub.dapr.manifests import load_manifests
     from priority_pubsub.dapr.plan import build_plan
 
@@ -63,8 +61,9 @@ def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loa
         raise ConfigError("queues: not used in Dapr mode: the queues come from the Dapr "
                           "resources (order them with dapr.priorities)")
     manifests = load_manifests(dapr.resources_path)
-    app_url = str((raw.get("app") or {}).get("url") or Settings.model_fields["app"].default.url)
-    from_app = (fetch_app_subscriptions(app_url, dapr.app_id, dapr.subscribe_timeout_s)
+    app_url = str((raw.get("app") or {}).get("url")
+                  or Settings.model_fields["app"].default.url.get_secret_value())
+    from_app = (app_subscriptions(app_url, dapr.app_id, dapr.subscribe_timeout_s)
                 if reach_app and dapr.programmatic_subscriptions else [])
     plan = build_plan(dapr, manifests, from_app)
     merged = deep_merge(plan.settings(), raw)
@@ -72,7 +71,6 @@ def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loa
         raise ConfigError(f"driver.type: {merged['driver'].get('type')} does not serve "
                           f"{plan.component.type} (leave driver.type out in Dapr mode)")
     settings = validate_config(merged)
-    validate_plugins(settings)
     os.environ.update(plan.mapped.environment)  # the component's credentials, for the SDK
     return Loaded(settings, plan, (*warnings, *plan.warnings))
 

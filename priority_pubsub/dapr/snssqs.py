@@ -22,14 +22,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from priority_pubsub.dapr.components import ComponentContext, ComponentKind, Mapped, Unwrapped
 from priority_pubsub.dapr.naming import aws_sanitized, per_topic_queue
 from priority_pubsub.errors import DriverError, TransformError
+from priority_pubsub.provision.plan import Mode
 from priority_pubsub.transforms.base import Payload
 
 if TYPE_CHECKING:
     from types_boto3_sns import SNSClient
     from types_boto3_sqs import SQSClient
+
+    from priority_pubsub.config import Settings
+    from priority_pubsub.dapr.plan import DaprPlan
+    from priority_pubsub.provision.aws import SqsSpec
 
 DEFAULT_VISIBILITY_S = 10
 DEFAULT_RETRY_LIMIT = 10
@@ -81,7 +88,10 @@ class SnsSqs(ComponentKind):
 
     def entities(self, component: ComponentContext, driver: Mapping[str, Any]
                  ) -> SnsSqsEntities:
-        return SnsSqsEntities(driver.get("region"), driver.get("endpoint_url"),
+        endpoint = driver.get("endpoint_url")  # validated options: a SecretUrl
+        if isinstance(endpoint, SecretStr):
+            endpoint = endpoint.get_secret_value()
+        return SnsSqsEntities(driver.get("region"), endpoint,
                               manage=not component.flag("disableEntityManagement"))
 
     def unwrap(self, component: ComponentContext, payload: Payload) -> Unwrapped:
@@ -109,8 +119,10 @@ def _credentials(md: dict[str, str] | Any) -> dict[str, str]:
 
 @dataclass
 class SnsSqsEntities:
-    """Topics, queues and subscriptions as the component creates them at start (blocking
-    boto3 calls; run once before the sidecar receives), and dead-letter topic publishing."""
+    """Topics, queues and subscriptions as the component creates them at start, through the
+    same provisioning code as ``priority-pubsub provision`` (``priority_pubsub.provision.aws``:
+    queue policies merged, not replaced, as daprd does), and dead-letter topic publishing.
+    Blocking boto3 calls: run once before the sidecar receives."""
 
     region: str | None
     endpoint_url: str | None
@@ -129,22 +141,10 @@ class SnsSqsEntities:
         """Each queue subscribed to its topics (raw delivery off, as daprd subscribes)."""
         if not self.manage:
             return
-        sqs, sns = self._clients()
-        try:
-            if dead_letter_queue:
-                sqs.create_queue(QueueName=dead_letter_queue)
-            for queue, topics in queues:
-                url = sqs.create_queue(QueueName=queue)["QueueUrl"]
-                queue_arn = sqs.get_queue_attributes(
-                    QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-                topic_arns = [self._topic_arn(sns, topic) for topic in topics]
-                for topic_arn in topic_arns:
-                    sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn)
-                sqs.set_queue_attributes(QueueUrl=url, Attributes={
-                    "Policy": json.dumps(_sns_may_send(queue_arn, topic_arns))})
-        finally:
-            sqs.close()
-            sns.close()
+        from priority_pubsub.provision.aws import provision_sqs
+
+        provision_sqs(entity_spec(queues, dead_letter_queue), Mode(),
+                      region=self.region, endpoint_url=self.endpoint_url)
 
     def publish(self, topic: str, data: bytes) -> None:
         """Dapr's ``Publish``: the data as the SNS message of the (sanitised) topic."""
@@ -165,18 +165,25 @@ class SnsSqsEntities:
         return self._topic_arns[name]
 
 
+def entity_spec(queues: Iterable[tuple[str, tuple[str, ...]]], dead_letter_queue: str | None
+                ) -> SqsSpec:
+    """What daprd's snssqs creates: queues (their attributes left as they are), the
+    dead-letters queue, one sanitised topic per subscribed topic, subscriptions, policies."""
+    from priority_pubsub.provision.aws import QueueSpec, SqsSpec
+
+    return SqsSpec(tuple(QueueSpec(queue, topics=tuple(aws_sanitized(t) for t in topics))
+                         for queue, topics in queues), dead_letter_queue)
+
+
+def dapr_spec(plan: DaprPlan, settings: Settings) -> SqsSpec:
+    """``entity_spec`` for a Dapr plan (``priority-pubsub provision`` in Dapr mode)."""
+    return entity_spec([(q.name, q.topics) for q in plan.queues],
+                       settings.dead_letter.queue if settings.dead_letter else None)
+
+
 def _find_topic(sns: SNSClient, name: str) -> str:
     for page in sns.get_paginator("list_topics").paginate():
         for topic in page.get("Topics", []):
             if topic["TopicArn"].rsplit(":", 1)[-1] == name:
                 return topic["TopicArn"]
     raise DriverError(f"SNS topic {name} does not exist (disableEntityManagement is set)")
-
-
-def _sns_may_send(queue_arn: str, topic_arns: list[str]) -> dict[str, Any]:
-    """The queue policy daprd sets: only these SNS topics may send to the queue."""
-    return {"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Principal": {"Service": "sns.amazonaws.com"},
-        "Action": "sqs:SendMessage", "Resource": queue_arn,
-        "Condition": {"ArnEquals": {"aws:SourceArn": topic_arns}},
-    }]}

@@ -15,13 +15,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from priority_pubsub.drivers.base import Driver, Message
+from priority_pubsub.errors import DriverError
+from tests.support.topologies.base import DeadLetter
 
-
-@dataclass(frozen=True)
-class DeadLetter:
-    body: bytes
-    attributes: dict[str, str]
-    reason: str | None
+__all__ = ["DeadLetter", "DriverConformance", "DriverHarness", "receive_all"]
 
 
 @dataclass
@@ -47,6 +44,29 @@ class DriverHarness:
     extra: dict[str, object] = field(default_factory=dict)
 
 
+@dataclass
+class LateBroker:
+    """A broker that is down when the driver starts and comes up later (issue #14).
+
+    ``make_driver()`` builds (does not start) a driver for ``queue`` on the broker's future
+    address; ``bring_up()`` starts the broker there and creates ``queue``; ``publish`` then
+    writes through the broker's own API.
+    """
+
+    queue: str
+    make_driver: Callable[[], Driver]
+    bring_up: Callable[[], Awaitable[None]]
+    publish: Callable[[bytes], Awaitable[None]]
+
+
+async def _start_error(driver: Driver) -> DriverError | None:
+    try:
+        await driver.start()
+    except DriverError as exc:
+        return exc
+    return None
+
+
 async def receive_all(
     driver: Driver, queue: str, expected: int, timeout_s: float = 10.0
 ) -> list[Message]:
@@ -60,7 +80,37 @@ async def receive_all(
 
 
 class DriverConformance:
-    """Subclass per driver and provide the ``harness`` fixture."""
+    """Subclass per driver and provide the ``harness`` and ``late_broker`` fixtures."""
+
+    broker_down_s = 10.0
+
+    async def test_broker_down_at_start_is_retried_until_up(self, late_broker: LateBroker) -> None:
+        """What the sidecar's start loop relies on: while the broker is unreachable every
+        ``start`` fails as retriable (never "gave up"), and once it is up the same driver
+        object starts and delivers."""
+        driver = late_broker.make_driver()
+        failures = 0
+        down_until = time.monotonic() + self.broker_down_s
+        while time.monotonic() < down_until:
+            with pytest.raises(DriverError) as caught:
+                await driver.start()
+            assert caught.value.retriable, f"start gave up: {caught.value}"
+            failures += 1
+            await asyncio.sleep(0.5)
+        assert failures >= 2
+        await late_broker.bring_up()
+        up_until = time.monotonic() + 30
+        while (error := await _start_error(driver)) is not None:
+            if not error.retriable or time.monotonic() > up_until:
+                pytest.fail(f"start still failing once the broker is up: {error}")
+            await asyncio.sleep(0.5)
+        try:
+            await late_broker.publish(b"late")
+            [message] = await receive_all(driver, late_broker.queue, 1, timeout_s=20)
+            assert message.body == b"late"
+            await driver.ack(message)
+        finally:
+            await driver.close()
 
     async def test_receive_returns_published_message(self, harness: DriverHarness) -> None:
         driver = await harness.make_driver(harness.lease_s * 5)

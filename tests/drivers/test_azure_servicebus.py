@@ -1,17 +1,15 @@
 """The Service Bus driver through the real azure-servicebus SDK against the test broker.
 
-The broker (``tests/support/servicebus_broker.py``) speaks AMQP 1.0 on 127.0.0.1 the way
+The broker (``tests/support/servicebus``) speaks AMQP 1.0 on 127.0.0.1 the way
 Service Bus does for the SDK; see its docstring for what it does and does not implement.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,43 +24,34 @@ from priority_pubsub.drivers.azure_servicebus import (
 )
 from priority_pubsub.drivers.base import DriverContext, Pinger, Publisher
 from priority_pubsub.errors import DriverError, LeaseLost
-from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
-from tests.support.servicebus_broker import ServiceBusBroker
+from tests.drivers.conformance import (
+    DeadLetter,
+    DriverConformance,
+    DriverHarness,
+    LateBroker,
+    receive_all,
+)
+from tests.support.servicebus import ServiceBusBroker
+from tests.support.topologies.azure import ServiceBusTopology
 
 pytestmark = pytest.mark.azure
 
 LEASE_S = 2.0
 
 
-@pytest.fixture(scope="session")
-def servicebus_broker() -> Iterator[ServiceBusBroker]:
-    try:
-        broker = ServiceBusBroker().start()
-    except Exception as exc:  # pragma: no cover - only when proton cannot listen
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"Service Bus test broker cannot start: {exc}")
-    yield broker
-    broker.stop()
-    assert broker.error is None, broker.error
+class Bus(ServiceBusTopology):
+    """The shared Service Bus topology plus an async client, its senders and the drivers a
+    test made (closed by the fixture)."""
 
+    def __init__(self, broker: ServiceBusBroker, client: ServiceBusClient) -> None:
+        super().__init__(broker)
+        self.async_client = client
+        self.made: list[ServiceBusDriver] = []
+        self.senders: dict[str, Any] = {}
 
-@dataclass
-class Bus:
-    """Fresh, uniquely named queues on the broker and the drivers made for them."""
-
-    broker: ServiceBusBroker
-    client: ServiceBusClient
-    prefix: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:8]}")
-    made: list[ServiceBusDriver] = field(default_factory=list)
-    senders: dict[str, Any] = field(default_factory=dict)
-
-    def queue(self, suffix: str, lock_s: float = LEASE_S, max_delivery_count: int = 10) -> str:
-        name = f"{self.prefix}-{suffix}"
-        self.broker.create_queue(
-            name, lock_duration_s=lock_s, max_delivery_count=max_delivery_count
-        )
-        return name
+    def queue(self, suffix: str, lease_s: float = LEASE_S, max_delivery_count: int = 10,
+              *, lock_s: float | None = None) -> str:
+        return super().queue(suffix, lock_s or lease_s, max_delivery_count)
 
     async def driver(
         self, queues: tuple[str, ...], lease_s: float = LEASE_S, **options: Any
@@ -77,14 +66,14 @@ class Bus:
     async def send(self, queue: str, body: bytes, attributes: dict[str, str] | None = None) -> None:
         sender = self.senders.get(queue)
         if sender is None:  # opening a link costs a CBS round trip: keep one per queue
-            sender = self.senders[queue] = self.client.get_queue_sender(queue)
+            sender = self.senders[queue] = self.async_client.get_queue_sender(queue)
         props: dict[str | bytes, Any] = {}
         props.update((attributes or {}).items())
         await sender.send_messages(ServiceBusMessage(body, application_properties=props))
 
     async def dead_letters(self, queue: str) -> list[DeadLetter]:
         found: list[DeadLetter] = []
-        async with self.client.get_queue_receiver(
+        async with self.async_client.get_queue_receiver(
             queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER, prefetch_count=0
         ) as receiver:
             while True:
@@ -113,6 +102,7 @@ async def bus(servicebus_broker: ServiceBusBroker) -> AsyncIterator[Bus]:
         yield found
         await asyncio.gather(*(driver.close() for driver in found.made))
         await asyncio.gather(*(sender.close() for sender in found.senders.values()))
+        found.close()
 
 
 @pytest.fixture
@@ -320,3 +310,27 @@ def test_options_need_exactly_one_credential() -> None:
         ServiceBusOptions(connection_string="x", namespace="y.servicebus.windows.net")
     options = ServiceBusOptions(connection_string="Endpoint=sb://secret")
     assert "secret" not in repr(options)
+
+
+@pytest.fixture
+async def late_broker() -> AsyncIterator[LateBroker]:
+    """A second test broker on a port chosen now, started only by ``bring_up``."""
+    broker = ServiceBusBroker()
+    queue = f"late-{uuid.uuid4().hex[:8]}"
+
+    def make_driver() -> ServiceBusDriver:
+        settings = ServiceBusOptions(connection_string=broker.connection_string, retry_total=1)
+        context = DriverContext(queues=(queue,), dead_letter_queue=None, lease_duration_s=LEASE_S)
+        return ServiceBusDriver(settings, context)
+
+    async def bring_up() -> None:
+        broker.start()
+        broker.create_queue(queue, lock_duration_s=LEASE_S)
+
+    async def publish(body: bytes) -> None:
+        async with ServiceBusClient.from_connection_string(broker.connection_string) as client, \
+                client.get_queue_sender(queue) as sender:
+            await sender.send_messages(ServiceBusMessage(body))
+
+    yield LateBroker(queue, make_driver, bring_up, publish)
+    broker.stop()

@@ -7,8 +7,9 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -26,13 +27,23 @@ from priority_pubsub.errors import (
     DriverUnavailable,
     LeaseLost,
 )
-from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
+from tests.drivers.conformance import (
+    DeadLetter,
+    DriverConformance,
+    DriverHarness,
+    LateBroker,
+    receive_all,
+)
 from tests.support.pubsub_emulator import (
     EMULATOR_ENV,
     PROJECT,
     Emulator,
     PubSubAdmin,
+    missing_reason,
+    running_emulator,
 )
+from tests.support.servers import free_port, skip_or_fail
+from tests.support.topologies.gcp import PubSubTopology
 
 pytestmark = pytest.mark.gcp
 
@@ -49,6 +60,7 @@ class Topology:
     dead: str
     dead_reader: str
     made: list[PubSubDriver]
+    shared: PubSubTopology
 
     async def driver(self, lease_s: float = 30, **options: object) -> PubSubDriver:
         context = DriverContext(queues=self.queues, dead_letter_queue=self.dead,
@@ -64,18 +76,14 @@ class Topology:
 
 async def make_topology(count: int = 3, *, policy: bool = True,
                         ack_deadline_s: int = 10) -> Topology:
-    admin = PubSubAdmin()
-    uid = uuid.uuid4().hex[:10]
-    dead = f"dead-{uid}"
-    await admin.topic(dead)
-    await admin.subscription(f"dead-read-{uid}", dead)
-    queues = tuple(f"q{i}-{uid}" for i in range(count))
-    topics = tuple(f"t{i}-{uid}" for i in range(count))
-    for queue, topic in zip(queues, topics, strict=True):
-        await admin.topic(topic)
-        await admin.subscription(queue, topic, ack_deadline_s=ack_deadline_s,
-                                 dead_letter_topic=dead if policy else None)
-    return Topology(admin, queues, topics, dead, f"dead-read-{uid}", [])
+    """Resources from the shared topology (``tests/support/topologies/gcp.py``); publishing
+    and draining through the async admin client in the test's loop."""
+    shared = await asyncio.to_thread(PubSubTopology)
+    queues = tuple([await asyncio.to_thread(shared.queue, f"q{i}", policy=policy,
+                                            ack_deadline_s=ack_deadline_s)
+                    for i in range(count)])
+    topics = tuple(f"t-q{i}-{shared.uid}" for i in range(count))
+    return Topology(PubSubAdmin(), queues, topics, shared.dead, shared.dead_reader, [], shared)
 
 
 @pytest.fixture
@@ -85,6 +93,7 @@ async def topology(pubsub_emulator: Emulator) -> AsyncIterator[Topology]:
     for driver in topo.made:
         await driver.close()
     await topo.admin.close()
+    topo.shared.close()
 
 
 @pytest.fixture
@@ -172,6 +181,7 @@ async def test_without_dead_letter_policy_every_delivery_is_attempt_one(
         for made in topo.made:
             await made.close()
         await topo.admin.close()
+        topo.shared.close()
 
 
 async def test_dead_letter_attributes_and_policy_topic_fallback(topology: Topology) -> None:
@@ -311,3 +321,43 @@ def test_unknown_option_is_refused() -> None:
 
     with pytest.raises(ValidationError):
         PubSubOptions.model_validate({"project": "p", "endpoint_url": "x"})
+
+
+@pytest.fixture
+def late_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[LateBroker]:
+    """A second emulator on a port chosen now (``PUBSUB_EMULATOR_HOST`` points there), started
+    only by ``bring_up``."""
+    reason = missing_reason()
+    if reason:
+        skip_or_fail(reason)
+    port = free_port()
+    monkeypatch.setenv(EMULATOR_ENV, f"127.0.0.1:{port}")
+    uid = uuid.uuid4().hex[:8]
+    queue, topic = f"late-{uid}", f"late-topic-{uid}"
+    stack = contextlib.ExitStack()
+
+    def make_driver() -> PubSubDriver:
+        context = DriverContext(queues=(queue,), dead_letter_queue=None, lease_duration_s=10)
+        return PubSubDriver(PubSubOptions(project=PROJECT, call_timeout_s=2), context)  # type: ignore[arg-type]
+
+    async def bring_up() -> None:
+        await asyncio.to_thread(stack.enter_context,
+                                running_emulator(tmp_path / "emulator.log", port=port))
+        admin = PubSubAdmin()
+        try:
+            await admin.topic(topic)
+            await admin.subscription(queue, topic)
+        finally:
+            await admin.close()
+
+    async def publish(body: bytes) -> None:
+        admin = PubSubAdmin()
+        try:
+            await admin.publish(topic, body, {})
+        finally:
+            await admin.close()
+
+    with stack:
+        yield LateBroker(queue, make_driver, bring_up, publish)

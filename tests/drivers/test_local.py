@@ -11,7 +11,7 @@ import pytest
 from priority_pubsub.drivers.base import DriverContext
 from priority_pubsub.drivers.local import DEAD_LETTER_REASON, LocalDriver, LocalOptions
 from priority_pubsub.errors import MessageTooLarge
-from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness
+from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, LateBroker
 
 pytestmark = pytest.mark.local
 QUEUES = ("high", "normal", "low")
@@ -134,3 +134,25 @@ async def test_ping_fails_when_file_disappears(tmp_path: Path) -> None:
             await driver.ping()
     finally:
         await driver.close()
+
+
+@pytest.fixture
+def late_broker(tmp_path: Path) -> LateBroker:
+    """The local "broker" is the file: its directory is taken by a plain file (a volume not
+    mounted yet) until ``bring_up`` clears the way."""
+    blocker = tmp_path / "volume"
+    blocker.write_text("not mounted yet")
+    path = blocker / "queues.db"
+
+    async def bring_up() -> None:
+        blocker.unlink()
+
+    async def publish(body: bytes) -> None:
+        publisher = make_local(path)
+        await publisher.start()
+        try:
+            await publisher.publish("high", body)
+        finally:
+            await publisher.close()
+
+    return LateBroker("high", lambda: make_local(path), bring_up, publish)

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 
 from priority_pubsub.config import validate_config
 from priority_pubsub.drivers.base import DEAD_LETTER_REASON, DEAD_LETTER_SOURCE, DriverContext
-from priority_pubsub.drivers.redis_streams import RedisDriver, RedisOptions, masked_url
+from priority_pubsub.drivers.redis_streams import RedisDriver, RedisOptions
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
 from tests.support.redis_server import OwnRedis, unique
@@ -355,7 +355,6 @@ async def test_close_forgets_an_idle_consumer_but_keeps_one_holding_messages(
 
 def test_password_in_url_is_masked_in_printouts() -> None:
     url = "redis://app:s3cret-pw@redis.example:6380/2"
-    assert masked_url(url) == "redis://app:***@redis.example:6380/2"
     options = RedisOptions(url=url)  # type: ignore[arg-type]
     assert "s3cret-pw" not in repr(options)
     assert "s3cret-pw" not in json.dumps(options.model_dump(mode="json"))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -32,35 +32,30 @@ from priority_pubsub.errors import (
 from priority_pubsub.message import Message
 from priority_pubsub.transforms.base import Payload
 from priority_pubsub.transforms.sns_envelope import SnsEnvelope
-from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
-from tests.support.moto_server import MotoServer, free_port
+from tests.drivers.conformance import (
+    DeadLetter,
+    DriverConformance,
+    DriverHarness,
+    LateBroker,
+    receive_all,
+)
+from tests.support.moto_server import MotoServer, free_port, running_moto_server
 
 if TYPE_CHECKING:
-    from types_boto3_sns import SNSClient
     from types_boto3_sqs import SQSClient
+from tests.support.topologies.sqs import SqsTopology
 
 pytestmark = pytest.mark.sqs
 
 LEASE_S = 2.0
 
 
-@dataclass
-class Aws:
-    """Admin clients (test side) and fresh, uniquely named queues on the moto server."""
+class Aws(SqsTopology):
+    """The shared SQS topology plus the drivers a test made (closed by the fixture)."""
 
-    server: MotoServer
-    sqs: SQSClient
-    sns: SNSClient
-    prefix: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:10]}")
-    made: list[SqsDriver] = field(default_factory=list)
-
-    def queue(self, suffix: str, **attributes: str) -> str:
-        name = f"{self.prefix}-{suffix}"
-        self.sqs.create_queue(QueueName=name, Attributes=attributes)  # type: ignore[arg-type]
-        return name
-
-    def url(self, name: str) -> str:
-        return self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+    def __init__(self, server: MotoServer) -> None:
+        super().__init__(server)
+        self.made: list[SqsDriver] = []
 
     async def driver(
         self, queues: tuple[str, ...], dead: str | None, lease_s: float = LEASE_S, **options: Any
@@ -73,70 +68,33 @@ class Aws:
         return driver
 
     async def send(self, queue: str, body: str, attributes: dict[str, str] | None = None) -> None:
-        message_attributes: Any = {
-            k: {"DataType": "String", "StringValue": v} for k, v in (attributes or {}).items()
-        }
-        await asyncio.to_thread(
-            self.sqs.send_message, QueueUrl=self.url(queue), MessageBody=body,
-            MessageAttributes=message_attributes,
-        )
-
-    def subscribe(self, queue: str, *, raw: bool) -> str:
-        topic_arn = self.sns.create_topic(Name=f"{queue}-topic")["TopicArn"]
-        queue_arn = self.sqs.get_queue_attributes(
-            QueueUrl=self.url(queue), AttributeNames=["QueueArn"]
-        )["Attributes"]["QueueArn"]
-        self.sns.subscribe(
-            TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn,
-            Attributes={"RawMessageDelivery": "true" if raw else "false"},
-        )
-        return topic_arn
+        await asyncio.to_thread(self.publish, queue, body.encode(), attributes)
 
 
 @pytest.fixture
 async def aws(moto_server: MotoServer) -> AsyncIterator[Aws]:
-    session = boto3.session.Session()
-    sqs = session.client("sqs", endpoint_url=moto_server.endpoint_url)
-    sns = session.client("sns", endpoint_url=moto_server.endpoint_url)
-    found = Aws(moto_server, sqs, sns)
+    found = Aws(moto_server)
     yield found
     for driver in found.made:
         await driver.close()
-    sqs.close()
-    sns.close()
+    found.close()
 
 
 @pytest.fixture
 async def harness(aws: Aws) -> DriverHarness:
     queues = (aws.queue("high"), aws.queue("normal"), aws.queue("low"))
-    dead = aws.queue("dead")
 
     async def make_driver(lease_s: float) -> SqsDriver:
-        return await aws.driver(queues, dead, lease_s)
+        return await aws.driver(queues, aws.dead, lease_s)
 
     async def publish(queue: str, body: bytes, attributes: dict[str, str]) -> None:
         await aws.send(queue, body.decode(), attributes)
 
     async def dead_letters() -> list[DeadLetter]:
-        letters: list[DeadLetter] = []
-        while True:
-            answer = await asyncio.to_thread(
-                aws.sqs.receive_message, QueueUrl=aws.url(dead), MaxNumberOfMessages=10,
-                WaitTimeSeconds=1, MessageAttributeNames=["All"],
-            )
-            if not answer.get("Messages"):
-                return letters
-            for item in answer["Messages"]:
-                attributes = {
-                    k: v["StringValue"] for k, v in item.get("MessageAttributes", {}).items()
-                }
-                letters.append(DeadLetter(
-                    item["Body"].encode(), attributes, attributes.get(DEAD_LETTER_REASON)
-                ))
-                aws.sqs.delete_message(QueueUrl=aws.url(dead), ReceiptHandle=item["ReceiptHandle"])
+        return await asyncio.to_thread(aws.dead_letters)
 
     return DriverHarness(
-        queues=queues, dead_letter_queue=dead, make_driver=make_driver, publish=publish,
+        queues=queues, dead_letter_queue=aws.dead, make_driver=make_driver, publish=publish,
         dead_letters=dead_letters, lease_s=LEASE_S, settle_s=0.5,
     )
 
@@ -378,3 +336,32 @@ async def test_close_releases_what_a_running_poll_catches(aws: Aws) -> None:
     assert message.attempt == 2
     await other.ack(message)
 
+
+
+@pytest.fixture
+def late_broker(moto_server: MotoServer) -> Iterator[LateBroker]:
+    """A second moto server on a port chosen now, started only by ``bring_up`` (the session
+    server supplies the fake credentials in the environment)."""
+    port = free_port()
+    endpoint_url = f"http://127.0.0.1:{port}"
+    queue = f"late-{uuid.uuid4().hex[:8]}"
+    stack = contextlib.ExitStack()
+
+    def make_driver() -> SqsDriver:
+        context = DriverContext(queues=(queue,), dead_letter_queue=None, lease_duration_s=LEASE_S)
+        return SqsDriver(SqsOptions(endpoint_url=endpoint_url, connect_timeout_s=1), context)
+
+    def sqs_client() -> SQSClient:
+        return boto3.session.Session().client("sqs", endpoint_url=endpoint_url)
+
+    async def bring_up() -> None:
+        await asyncio.to_thread(stack.enter_context, running_moto_server(port=port))
+        sqs_client().create_queue(QueueName=queue)
+
+    async def publish(body: bytes) -> None:
+        client = sqs_client()
+        url = client.get_queue_url(QueueName=queue)["QueueUrl"]
+        await asyncio.to_thread(client.send_message, QueueUrl=url, MessageBody=body.decode())
+
+    with stack:
+        yield LateBroker(queue, make_driver, bring_up, publish)

@@ -125,3 +125,24 @@ def test_demo_serves_the_burst_in_strict_priority_order() -> None:
     order = result.stdout.split("Service order by priority (0 = high):")[1].split()[0]
     assert sorted(order) == list(order)  # 0s, then 1s, then 2s (4 workers: no ties to break)
     assert order.count("0") == order.count("1") == order.count("2") == 4
+
+
+@pytest.mark.parametrize(
+    ("driver", "lease_s", "expected"),
+    [
+        ({"type": "gcp_pubsub", "project": "p"}, 601,
+         "driver: lease.duration_s: gcp_pubsub ack deadlines are at most 600 s"),
+        ({"type": "gcp_pubsub"}, 60, "driver: project: 'a' is a bare id"),
+        ({"type": "sqs", "queue_urls": {"nosuch": "http://127.0.0.1:1/0/nosuch"}}, 60,
+         "driver: queue_urls: not configured queues: ['nosuch']"),
+    ],
+)
+def test_driver_cross_field_checks_fail_check_offline_with_one_line(
+    tmp_path: Path, driver: dict[str, object], lease_s: int, expected: str
+) -> None:
+    config = write_config(tmp_path, {"queues": [{"name": "a"}], "driver": driver,
+                                     "lease": {"duration_s": lease_s}})
+    result = cli("check", "--offline", config=config, env={"GOOGLE_CLOUD_PROJECT": ""})
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert expected in line, line

@@ -7,15 +7,13 @@ and is acked; the FastAPI app's model requires every CloudEvent field Dapr sends
 
 from __future__ import annotations
 
-import re
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import journal_records
-from tests.support.app_venv import AppProcess, running_app
+from tests.e2e.helpers import assert_each_order_once, orders_received
+from tests.support.app_venv import running_app
 from tests.support.dapr_resources import (
     Sns,
     dapr_config,
@@ -51,23 +49,9 @@ def test_quickstart_subscriber_gets_every_order_once(
             for order_id in range(1, ORDERS + 1):
                 sns.publish("orders", dapr_event({"orderId": order_id}, topic="orders",
                                                  pubsub="orderpubsub", source="checkout-sdk"))
-            received = _orders_received(app, ORDERS)
+            received = orders_received(app, ORDERS)
         finally:
             assert sidecar.stop() == 0
-    assert sorted(received) == list(range(1, ORDERS + 1)), app.output()
-    records = journal_records(tmp_path / "journal")
-    assert [r["outcome"] for r in records] == ["ack"] * ORDERS
+    records = assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
     assert {r["http_status"] for r in records} == {200}
     assert sns.visible(f"{app_id}-orders") == 0
-
-
-def _orders_received(app: AppProcess, count: int, timeout_s: float = 30) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    found: list[int] = []
-    while time.monotonic() < deadline:
-        found = [int(n) for n in re.findall(r"Subscriber received : (\d+)", app.output())]
-        if len(found) >= count:
-            time.sleep(1)  # a duplicate would show up now
-            return [int(n) for n in re.findall(r"Subscriber received : (\d+)", app.output())]
-        time.sleep(0.1)
-    return found

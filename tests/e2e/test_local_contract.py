@@ -1,5 +1,6 @@
-"""The app contract end to end (DESIGN §4): every row of Dapr's response table, fatal codes,
-backoff timing, max attempts and transform errors, through the real CLI and a real app."""
+"""The app contract end to end (README#the-app-contract-as-daprs-sidecar-does-it): every row
+of Dapr's response table, fatal codes, backoff timing, max attempts and transform errors,
+through the real CLI and a real app."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import journal_records, publish, queue_rows, stats, wait_until
+from tests.e2e.helpers import (
+    journal_records,
+    publish,
+    queue_rows,
+    serve_until_drained,
+    stats,
+    wait_until,
+)
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.servers import free_port
 from tests.support.sidecar import SidecarProcess, local_config, write_config
@@ -45,12 +53,7 @@ def test_dapr_response_table(tmp_path: Path, app: RecordingApp) -> None:
     config_path = write_config(tmp_path, config)
     ids = {case: publish(config_path, "normal", json.dumps({"case": case}))[0] for case in CASES}
     expected_requests = sum(count for _, _, count in CASES.values())
-    sidecar = SidecarProcess(tmp_path, config)
-    try:
-        app.wait_for(expected_requests, timeout_s=40)
-        wait_until(lambda: not queue_rows(tmp_path / "queues.db", "normal"), timeout_s=20)
-    finally:
-        assert sidecar.stop() == 0
+    serve_until_drained(tmp_path, config, app, expected_requests, "normal", timeout_s=40)
 
     seen: dict[str, list[Received]] = defaultdict(list)
     for request in app.received:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import journal_records, publish, queue_rows, wait_until
+from tests.e2e.helpers import publish, queue_rows
 from tests.support.app import RecordingApp, Reply
 from tests.support.sidecar import SidecarProcess, local_config, write_config
 
@@ -61,23 +61,3 @@ def test_weighted_shares_follow_weights_under_saturation(
     # The backlog of every queue was never exhausted: shares came from weights, not empties.
     db = tmp_path / "queues.db"
     assert all(len(queue_rows(db, q)) > 0 for q in ("high", "normal", "low"))
-
-
-def test_task_three_times_the_lease_is_delivered_once(tmp_path: Path, app: RecordingApp) -> None:
-    app.behaviour = lambda _: Reply(delay_s=3.5)
-    config = local_config(tmp_path, app.url, lease={"duration_s": 1})
-    config_path = write_config(tmp_path, config)
-    [message_id] = publish(config_path, "normal", '{"long": true}')
-    replica = SidecarProcess(tmp_path, config, name="replica")  # would steal a lapsed lease
-    sidecar = SidecarProcess(tmp_path, config)
-    try:
-        app.wait_for(1)
-        wait_until(lambda: not queue_rows(tmp_path / "queues.db", "normal"), timeout_s=15)
-        metrics = sidecar.metrics() + replica.metrics()
-    finally:
-        assert sidecar.stop() == 0
-        assert replica.stop() == 0
-    assert [r.event["id"] for r in app.received] == [message_id]
-    assert "priority_pubsub_lease_extensions_total" in metrics
-    [record] = journal_records(tmp_path / "journal")
-    assert (record["outcome"], record["attempt"]) == ("ack", 1)

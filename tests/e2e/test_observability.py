@@ -9,22 +9,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.helpers import journal_records, publish, queue_rows, wait_until
+from tests.e2e.helpers import journal_records, publish, queue_rows, samples, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.sidecar import SidecarProcess, local_config, write_config
 
 pytestmark = pytest.mark.local
-
-
-def samples(metrics_text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    found = {}
-    for family in text_string_to_metric_families(metrics_text):
-        for sample in family.samples:
-            if sample.name == name:
-                found[tuple(sorted(sample.labels.items()))] = sample.value
-    return found
 
 
 def mixed_behaviour(received: Received) -> Reply:

@@ -269,3 +269,18 @@ def test_values_yaml_documents_every_schema_key() -> None:
     values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
     schema = json.loads(SCHEMA_PATH.read_text())
     assert set(values) == set(schema["properties"]) - {"global"}
+
+
+@pytest.mark.parametrize(("sets", "expected"), [
+    ([], {"metrics": 9464}),
+    (["config.publish_api.host=127.0.0.1"], {"metrics": 9464, "dapr-http": 3500,
+                                             "dapr-grpc": 50001}),
+    (["config.publish_api.http_port=3600", "config.publish_api.grpc_port=null"],
+     {"metrics": 9464, "dapr-http": 3600}),
+])
+def test_publish_api_ports_exposed_when_enabled(
+    helm: Helm, sets: list[str], expected: dict[str, int]
+) -> None:
+    docs = helm.render([_example("local")], sets)
+    sidecar = sidecar_container(_pod_spec(docs))
+    assert {p["name"]: p["containerPort"] for p in sidecar["ports"]} == expected

@@ -135,11 +135,11 @@ def test_rendered_config_is_accepted(
     if "PRIORITY_PUBSUB_APP__API_TOKEN" in names:
         token = settings.app.api_token.get_secret_value()
         assert token == SAMPLE_SECRETS["PRIORITY_PUBSUB_APP__API_TOKEN"]
-        assert settings.app.url == values["config"]["app"]["url"]
+        assert settings.app.url.get_secret_value() == values["config"]["app"]["url"]
     if "PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING" in names:
-        options = settings.driver.options()
+        secret = settings.driver.options()["connection_string"]  # validated: a SecretStr
         expected = SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING"]
-        assert options["connection_string"] == expected
+        assert secret.get_secret_value() == expected
 
 
 def test_default_values_config_is_accepted(
@@ -148,7 +148,7 @@ def test_default_values_config_is_accepted(
     docs = helm.render(sets=["app.image.repository=registry.example.com/app"])
     pod = find(docs, "Deployment")[0]["spec"]["template"]["spec"]
     settings = load_as_sidecar(docs, sidecar_container(pod), tmp_path, monkeypatch)
-    assert settings.driver.options()["path"] == "/data/queues.db"
+    assert str(settings.driver.options()["path"]) == "/data/queues.db"
     assert settings.journal is not None
     assert str(settings.journal.path) == "/data/journal"
 

@@ -82,7 +82,7 @@ class RecordingApp:
         self._loop.close()
 
     async def _start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=128 * 1024 * 1024)  # claim-checked bodies
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # Tests stop the app with requests still parked in long sleeps: don't wait for them.
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)

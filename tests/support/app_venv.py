@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -67,13 +68,14 @@ def _build(venv: Path, requirements: Path) -> None:
 class AppProcess:
     """A third-party app on a free port, its output captured to ``log_path``."""
 
-    def __init__(self, command: list[str], cwd: Path, log_path: Path, port: int) -> None:
+    def __init__(self, command: list[str], cwd: Path, log_path: Path, port: int,
+                 env: dict[str, str] | None = None) -> None:
         self.port = port
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
             command, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT,
-            env={**os.environ, "APP_PORT": str(port), "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "APP_PORT": str(port), "PYTHONUNBUFFERED": "1", **(env or {})},
         )
 
     @property
@@ -81,7 +83,8 @@ class AppProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def output(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def wait_listening(self, timeout_s: float = 30) -> None:
@@ -95,6 +98,26 @@ class AppProcess:
             time.sleep(0.1)
         raise AssertionError(f"app not listening after {timeout_s}s:\n{self.output()}")
 
+    def wait_tcp(self, timeout_s: float = 30) -> None:
+        """For apps that speak no HTTP (gRPC): the port accepts connections."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"app exited {self.process.returncode}:\n{self.output()}")
+            with contextlib.suppress(OSError), socket.create_connection(
+                    ("127.0.0.1", self.port), timeout=1):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"app not listening after {timeout_s}s:\n{self.output()}")
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """For apps that run to their end (publishers): the exit code."""
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"app still running after {timeout_s}s:\n{self.output()}"
+                                 ) from None
+
     def stop(self) -> None:
         self.process.terminate()
         try:
@@ -106,14 +129,20 @@ class AppProcess:
 
 
 @contextlib.contextmanager
-def running_app(app_dir: Path, command: list[str], log_path: Path) -> Iterator[AppProcess]:
-    """``command`` with ``{python}`` and ``{port}`` filled in, in ``app_dir``'s own venv."""
+def running_app(app_dir: Path, command: list[str], log_path: Path, *,
+                env: dict[str, str] | None = None, port: int | None = None,
+                wait: str = "http") -> Iterator[AppProcess]:
+    """``command`` with ``{python}`` and ``{port}`` filled in, in ``app_dir``'s own venv.
+    ``wait``: "http" (``/dapr/subscribe`` answers), "tcp" (the port accepts) or "none"."""
     python = venv_python(app_dir / "requirements.txt")
-    port = free_port()
+    port = port or free_port()
     filled = [part.format(python=python, port=port) for part in command]
-    app = AppProcess(filled, app_dir, log_path, port)
+    app = AppProcess(filled, app_dir, log_path, port, env)
     try:
-        app.wait_listening()
+        if wait == "http":
+            app.wait_listening()
+        elif wait == "tcp":
+            app.wait_tcp()
         yield app
     finally:
         app.stop()

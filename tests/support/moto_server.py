@@ -56,11 +56,12 @@ def _ready(endpoint_url: str) -> bool:
 
 
 @contextlib.contextmanager
-def running_moto_server(timeout_s: float = 30) -> Iterator[MotoServer]:
-    """Start ``python -m moto.server``, wait until it answers, stop it afterwards."""
+def running_moto_server(timeout_s: float = 30, port: int | None = None) -> Iterator[MotoServer]:
+    """Start ``python -m moto.server``, wait until it answers, stop it afterwards. A test
+    that starts it late (or restarts it) passes the ``port`` its clients already use."""
     if importlib.util.find_spec("moto.server") is None:
         raise MotoUnavailable("moto[server] is not installed (pip install 'moto[server]')")
-    port = free_port()
+    port = port or free_port()
     endpoint_url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(

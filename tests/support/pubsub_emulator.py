@@ -77,9 +77,10 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def running_emulator(log_path: Path) -> Iterator[Emulator]:
-    """Start the emulator (own process group), yield once it answers, stop it after."""
-    port = free_port()
+def running_emulator(log_path: Path, port: int | None = None) -> Iterator[Emulator]:
+    """Start the emulator (own process group), yield once it answers, stop it after; on
+    ``port`` when a test starts it after its clients were configured."""
+    port = port or free_port()
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [str(EMULATOR), "--host=127.0.0.1", f"--port={port}"],

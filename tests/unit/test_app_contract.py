@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 
 from priority_pubsub.cloudevent import build_request, is_expired
 from priority_pubsub.forwarder import classify
@@ -125,3 +126,43 @@ def test_dapr_response_table(status: int, body: bytes, kind: Kind) -> None:
     outcome = classify(status, body, FATAL)
     assert outcome.kind is kind
     assert outcome.http_status == status
+
+
+@pytest.mark.parametrize("answer", [b"[" * 5000 + b"]" * 5000, b'{"status": ' + b"9" * 5000 + b"}"])
+def test_app_answer_python_cannot_parse_is_a_non_json_success(answer: bytes) -> None:
+    assert classify(200, answer, FATAL).kind is Kind.ACK  # not an internal error
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"Type": "Notification", "Message": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+         "nested too deeply"),
+        (b'{"Type": "Notification", "Message": "\\ud800"}', "lone surrogate"),
+    ],
+)
+def test_sns_envelope_python_cannot_represent_is_a_transform_error(
+    body: bytes, reason: str
+) -> None:
+    from priority_pubsub.errors import TransformError
+
+    with pytest.raises(TransformError, match=reason):
+        SnsEnvelope()(Payload(body))
+
+
+@pytest.mark.parametrize("body", [
+    (SAMPLES / "dapr-cloudevent.json").read_bytes(),  # a Dapr event, forwarded as is
+    b'{"job": "render"}',  # a plain JSON body, wrapped
+    b"plain text",  # text, wrapped
+])
+def test_every_request_is_a_valid_cloudevent_for_the_cloudevents_sdk(body: bytes) -> None:
+    """The CloudEvents SDK (structured HTTP binding) is the independent judge: it refuses an
+    event missing a required attribute or with a malformed one."""
+    msg = message(body)
+    request = build_request(msg, Payload(msg.body, {}, None), delivery="cloudevent",
+                            api_token="")
+    event = from_http_event(HTTPMessage(dict(request.headers), request.body))
+    attributes = event.get_attributes()
+    assert attributes["specversion"] == "1.0"
+    assert all(attributes[key] for key in ("id", "source", "type"))
+    assert (attributes["queue"], attributes["attempt"]) == ("tasks-high", 2)

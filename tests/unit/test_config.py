@@ -33,7 +33,7 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("PRIORITY_PUBSUB_CONFIG", "ignored-as-a-key")
     settings = load_config(write(tmp_path, MINIMAL))
     assert settings.concurrency == 8
-    assert settings.app.url == "http://10.0.0.1:9000/work"
+    assert settings.app.url.get_secret_value() == "http://10.0.0.1:9000/work"
     assert settings.app.api_token.get_secret_value() == "s3cret-token"
     assert "s3cret-token" not in repr(settings)
     assert "s3cret-token" not in str(settings.model_dump(mode="json"))
@@ -66,7 +66,8 @@ def test_config_path_from_environment(tmp_path: Path, monkeypatch: pytest.Monkey
         (MINIMAL + "driver: {type: kafka}\n", "driver.type: unknown driver 'kafka'"),
         (MINIMAL + "driver: {type: local, pth: x}\n", "driver.pth: unknown key"),
         (MINIMAL + "transforms: [gzip]\n", "transforms.0: unknown transform 'gzip'"),
-        (MINIMAL + "app: {url: ftp://x}\n", "app.url: must be an http:// or https:// URL"),
+        (MINIMAL + "app: {url: ftp://x}\n",
+         "app.url: must be an http://, https:// or grpc://host:port URL"),
         (MINIMAL + "app: {fatal_codes: [200]}\n", "app.fatal_codes: a 2xx code cannot be fatal"),
         (MINIMAL + "retry: {initial_delay_s: 5, max_delay_s: 1}\n", "max_delay_s must be >="),
         (MINIMAL + "dead_letter: {queue: a}\n", "must not be one of the consumed queues"),

@@ -54,7 +54,7 @@ def test_absolute_paths_are_kept(tmp_path: Path, elsewhere: Path) -> None:
 def test_defaults_follow_the_working_directory(tmp_path: Path, elsewhere: Path) -> None:
     config = _write(tmp_path / "d", "queues: [{name: a}]\njournal: {rotate_mb: 1}\n")
     settings = load_config(config)
-    assert "path" not in settings.driver.options()  # the driver's default, ./data/queues.db
+    assert settings.driver.options()["path"] == Path("data/queues.db")  # the driver's default
     assert settings.journal is not None
     assert settings.journal.path == Path("data/journal")  # relative: the working directory
 
@@ -66,7 +66,7 @@ def test_environment_overrides_follow_the_working_directory(
     monkeypatch.setenv("PRIORITY_PUBSUB_DRIVER__PATH", "from-env/q.db")
     monkeypatch.setenv("PRIORITY_PUBSUB_JOURNAL__PATH", "env-journal")
     settings = load_config(config)
-    assert settings.driver.options()["path"] == "from-env/q.db"
+    assert settings.driver.options()["path"] == Path("from-env/q.db")
     assert settings.journal is not None
     assert settings.journal.path == Path("env-journal")
 
@@ -74,7 +74,9 @@ def test_environment_overrides_follow_the_working_directory(
 def test_non_path_driver_keys_are_untouched(tmp_path: Path, elsewhere: Path) -> None:
     text = "driver: {type: local, synchronous: full}\nqueues: [{name: a}]\n"
     config = _write(tmp_path / "d", text)
-    assert load_config(config).driver.options() == {"synchronous": "full"}
+    options = load_config(config).driver.options()  # validated: defaults filled in
+    assert options["synchronous"] == "full"
+    assert options["path"] == Path("data/queues.db")  # not written: the working directory
 
 
 def test_dapr_resources_paths_follow_the_file(tmp_path: Path, elsewhere: Path) -> None:

@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from pathlib import Path
 
 from priority_pubsub.config import Settings, validate_config
 from priority_pubsub.dispatcher import Dispatcher
+from priority_pubsub.journal import JournalWriter, read_journal_lines
 from priority_pubsub.message import Lease, Message
 from priority_pubsub.metrics import Metrics
+from priority_pubsub.observer import DeliveryObserver
+from priority_pubsub.settler import Settler
 
 
 class FakeDriver:
     """Queues of bodies; ``receive`` with a wait sleeps for it unless messages are there."""
 
     name = "fake"
+    dead_letter_enabled = True
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
@@ -44,8 +49,14 @@ def settings(scheduling: str = "strict") -> Settings:
                             "scheduling": scheduling})
 
 
-def make(driver: FakeDriver, wait_s: float = 0.05) -> Dispatcher:
-    return Dispatcher(settings(), driver, Metrics(), idle_wait_s=wait_s)  # type: ignore[arg-type]
+def make(
+    driver: FakeDriver, wait_s: float = 0.05, journal: JournalWriter | None = None
+) -> Dispatcher:
+    config = settings()
+    observer = DeliveryObserver(Metrics(), journal, driver_type="fake")
+    settler = Settler(config, driver, observer)  # type: ignore[arg-type]
+    return Dispatcher(config, driver, observer, settler,  # type: ignore[arg-type]
+                      idle_wait_s=wait_s)
 
 
 async def test_strict_sweep_fills_free_slots_top_down() -> None:
@@ -69,9 +80,13 @@ async def test_idle_rounds_after_a_quiet_one_skip_the_sweep() -> None:
     assert all(wait > 0 for _, _, wait in driver.calls[first_round:])
 
 
-async def test_waking_on_a_low_message_rechecks_higher_queues_and_returns_surplus() -> None:
+async def test_waking_on_a_low_message_rechecks_higher_queues_and_returns_surplus(
+    tmp_path: Path,
+) -> None:
     driver = FakeDriver(("high", "normal", "low"))
-    dispatcher = make(driver, wait_s=0.2)
+    journal = JournalWriter(tmp_path, rotate_mb=1)
+    journal.start()
+    dispatcher = make(driver, wait_s=0.2, journal=journal)
     assert await dispatcher.take(1) == []  # now quiet: next take goes straight to waiting
 
     async def arrive() -> None:
@@ -85,3 +100,13 @@ async def test_waking_on_a_low_message_rechecks_higher_queues_and_returns_surplu
     assert [m.id for m in got] == ["h1"]
     assert driver.returned == ["l1"]
     assert list(driver.queues["low"]) == ["l1"]
+    # the surplus release is a settle like any other: journaled and counted
+    await journal.close()
+    [path] = tmp_path.glob("journal-*.jsonl")
+    records, _ = read_journal_lines(path)
+    assert [(r["message_id"], r["outcome"], r["reason"]) for r in records] == [
+        ("l1", "release", "surplus: returned unseen")
+    ]
+    metrics = dispatcher._observer.metrics.render().decode()
+    assert ('priority_pubsub_messages_settled_total{outcome="release",priority="2",queue="low"}'
+            ' 1.0') in metrics

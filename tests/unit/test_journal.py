@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from priority_pubsub.journal import (
     JOURNAL_FIELDS,
+    SCHEMA_VERSION,
+    FsyncPolicy,
     JournalRecord,
     JournalWriter,
     read_journal_lines,
@@ -31,14 +35,19 @@ def test_readme_publishes_the_schema_from_code() -> None:
 def test_record_fields_follow_the_schema_order() -> None:
     line = json.loads(record(1).to_json())
     assert list(line) == [f.name for f in JOURNAL_FIELDS]
-    assert line["v"] == 1
+    assert line["v"] == SCHEMA_VERSION == 2
 
 
-async def test_rotation_and_flush_on_close(tmp_path: Path) -> None:
-    writer = JournalWriter(tmp_path, rotate_mb=0.001, flush_interval_s=60)
+@pytest.mark.parametrize("fsync", ["none", "every_line"])
+async def test_rotation_and_every_line_on_disk_at_once(
+    tmp_path: Path, fsync: FsyncPolicy
+) -> None:
+    writer = JournalWriter(tmp_path, rotate_mb=0.001, fsync=fsync)
     writer.start()
     for n in range(50):
         writer.append(record(n))
+        # written when appended, not at close: read back by another file handle
+        assert read_journal_lines(writer.current_path)[0][-1]["message_id"] == f"m{n}"
     await writer.close()
     files = sorted(tmp_path.glob("journal-*.jsonl"))
     assert len(files) > 1
@@ -46,9 +55,31 @@ async def test_rotation_and_flush_on_close(tmp_path: Path) -> None:
     assert sorted(ids, key=lambda i: int(i[1:])) == [f"m{n}" for n in range(50)]
 
 
+async def test_lone_surrogate_in_a_reason_is_written_as_its_escape(tmp_path: Path) -> None:
+    writer = JournalWriter(tmp_path, rotate_mb=1)
+    writer.start()
+    writer.append(_with_reason("bad \ud800"))
+    await writer.close()
+    [line] = read_journal_lines(next(tmp_path.glob("journal-*.jsonl")))[0]
+    assert line["reason"] == "bad \ud800"
+
+
+def _with_reason(reason: str) -> JournalRecord:
+    value = record(1)
+    value.reason = reason
+    return value
+
+
+async def test_write_failure_is_logged_not_raised(tmp_path: Path) -> None:
+    writer = JournalWriter(tmp_path / "file", rotate_mb=1)
+    (tmp_path / "file").write_text("not a directory")
+    writer.append(record(1))  # must not raise: the message is already settled
+    assert writer.records_written == 0
+
+
 def test_torn_last_line_and_unknown_versions_are_counted_not_fatal(tmp_path: Path) -> None:
     path = tmp_path / "journal-1-1.jsonl"
-    path.write_text(record(1).to_json() + "\n" + '{"v": 2, "x": 1}\n' + '{"v": 1, "message_')
+    path.write_text(record(1).to_json() + "\n" + '{"v": 3, "x": 1}\n' + '{"v": 1, "message_')
     records, bad = read_journal_lines(path)
     assert [r["message_id"] for r in records] == ["m1"]
     assert bad == 2

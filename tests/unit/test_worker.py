@@ -3,14 +3,20 @@ exactly one settle call (with a fake driver: this is our logic, not a broker's).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from priority_pubsub.config import validate_config
+from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost
 from priority_pubsub.forwarder import Forwarder
+from priority_pubsub.journal import JournalWriter, read_journal_lines
 from priority_pubsub.message import Lease, Message, now_ms
 from priority_pubsub.metrics import Metrics
+from priority_pubsub.observer import DeliveryObserver
+from priority_pubsub.outcome import Outcome
+from priority_pubsub.settler import Settler
 from priority_pubsub.transforms.base import Payload, TransformChain
 from priority_pubsub.worker import Worker
 
@@ -50,11 +56,13 @@ def message(attempt: int = 1) -> Message:
     return Message("m1", "q", 0, b"{}", {}, attempt, now_ms(), Lease(None, now_ms() + 60_000))
 
 
-def worker(driver: RecordingDriver) -> Worker:
+def worker(driver: RecordingDriver, journal: JournalWriter | None = None) -> Worker:
     settings = validate_config({"queues": [{"name": "q"}], "dead_letter": {"queue": "dead"},
                                 "retry": {"max_attempts": 3, "initial_delay_s": 2}})
     forwarder = Forwarder(settings.app, 1)
-    return Worker(settings, driver, forwarder, Metrics(), None)  # type: ignore[arg-type]
+    observer = DeliveryObserver(Metrics(), journal, driver_type="fake")
+    settler = Settler(settings, driver, observer)  # type: ignore[arg-type]
+    return Worker(settings, driver, forwarder, observer, settler)  # type: ignore[arg-type]
 
 
 async def test_a_transform_bug_dead_letters_with_the_reason() -> None:
@@ -86,3 +94,58 @@ async def test_an_internal_error_retries_then_dead_letters(
         assert "internal error: RuntimeError: bug" in driver.calls[0][1]
     else:
         assert driver.calls[0] == expected
+
+
+class FailingAck(RecordingDriver):
+    def __init__(self, error: DriverError) -> None:
+        super().__init__()
+        self.error = error
+
+    async def ack(self, message: Message) -> None:
+        self.calls.append(("ack", None))
+        raise self.error
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (DriverError("broker said no"), "ack; settle failed: broker said no"),
+    (LeaseLost("lease lapsed"), "ack; settle refused: lease lost: lease lapsed"),
+])
+async def test_a_failed_settle_is_journaled_as_settle_failed_never_ack(
+    error: DriverError, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #14 item 4: the app said 200 but the delete failed: the broker will deliver the
+    message again, so the journal must not say ``ack``."""
+    async def app_says_ok(*_: object) -> Outcome:
+        return Outcome.ack(200)
+
+    journal = JournalWriter(tmp_path, rotate_mb=1)
+    journal.start()
+    subject = worker(FailingAck(error), journal)
+    monkeypatch.setattr(subject._forwarder, "forward", app_says_ok)
+    await subject.handle(message())
+    await journal.close()
+    [path] = tmp_path.glob("journal-*.jsonl")
+    [record] = read_journal_lines(path)[0]
+    assert (record["outcome"], record["http_status"], record["reason"]) == (
+        "settle_failed", 200, said)
+
+
+async def test_a_retriable_settle_failure_is_retried_while_the_lease_lasts() -> None:
+    driver = FailingAck(DriverUnavailable("blip"))
+    attempts = 0
+
+    async def flaky_ack(message: Message) -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            raise DriverUnavailable("blip")
+
+    driver.ack = flaky_ack  # type: ignore[method-assign]
+    subject = worker(driver)
+
+    async def app_says_ok(*_: object) -> Outcome:
+        return Outcome.ack(200)
+
+    subject._forwarder.forward = app_says_ok  # type: ignore[method-assign]
+    await subject.handle(message())
+    assert attempts == 3

@@ -124,6 +124,21 @@ tasks, plus a margin to return what is left to the queues.
 {{- end }}
 {{- end }}
 
+{{/* daprd's publish API ports when config.publish_api is set (3500 / 50001 by default, as
+the SDKs expect); grpc_port: null serves HTTP only. */}}
+{{- define "priority-pubsub.publishApiPorts" -}}
+{{- with .Values.config.publish_api }}
+- name: dapr-http
+  containerPort: {{ int (default 3500 .http_port) }}
+  protocol: TCP
+{{- if or (not (hasKey . "grpc_port")) .grpc_port }}
+- name: dapr-grpc
+  containerPort: {{ int (default 50001 .grpc_port) }}
+  protocol: TCP
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "priority-pubsub.metricsPort" -}}
 {{- $server := default dict .Values.config.server }}
 {{- int (default 9464 $server.port) }}

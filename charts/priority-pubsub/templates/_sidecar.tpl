@@ -54,6 +54,11 @@ roll the pods when the config changes.
       valueFrom:
         secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .apiTokenKey | quote }}}
     {{- end }}
+    {{- if .publishApiTokenKey }}
+    - name: PRIORITY_PUBSUB_PUBLISH_API__API_TOKEN
+      valueFrom:
+        secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .publishApiTokenKey | quote }}}
+    {{- end }}
     {{- end }}
     {{- with .Values.sidecar.env }}
     {{- toYaml . | nindent 4 }}
@@ -66,6 +71,7 @@ roll the pods when the config changes.
     - name: metrics
       containerPort: {{ include "priority-pubsub.metricsPort" . }}
       protocol: TCP
+    {{- include "priority-pubsub.publishApiPorts" . | nindent 4 }}
   {{- with .Values.sidecar.startupProbe }}
   startupProbe:
     {{- toYaml . | nindent 4 }}

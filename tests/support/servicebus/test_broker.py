@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
@@ -20,16 +20,14 @@ from azure.servicebus.exceptions import (
     ServiceBusAuthenticationError,
 )
 
-from tests.support.servicebus_broker import ServiceBusBroker
+from tests.support.servicebus import ServiceBusBroker
 
 pytestmark = pytest.mark.azure
 
 
-@pytest.fixture(scope="module")
-def broker() -> Iterator[ServiceBusBroker]:
-    with ServiceBusBroker() as running:
-        yield running
-        assert running.error is None
+@pytest.fixture
+def broker(servicebus_broker: ServiceBusBroker) -> ServiceBusBroker:
+    return servicebus_broker
 
 
 @pytest.fixture

@@ -1,0 +1,22 @@
+"""App channels: how a prepared request reaches the app — HTTP (``forwarder.Forwarder``) or
+gRPC (``grpc.GrpcAppChannel``, Dapr's ``AppCallback``), chosen by ``app.url``'s scheme. Both
+sit behind the same seam (``delivery.AppChannel``), so leases, timeouts, health gating and
+every settle rule apply to both alike."""
+
+from __future__ import annotations
+
+from priority_pubsub.config import Settings
+from priority_pubsub.delivery import AppChannel
+
+
+def build_channel(settings: Settings) -> AppChannel:
+    if settings.app.is_grpc:
+        from priority_pubsub.app_channel.address import require_grpc_extra
+
+        require_grpc_extra("app.url grpc://")
+        from priority_pubsub.app_channel.grpc import GrpcAppChannel
+
+        return GrpcAppChannel(settings.app)
+    from priority_pubsub.forwarder import Forwarder
+
+    return Forwarder(settings.app, settings.concurrency, exact_status=settings.dapr is not None)

@@ -1,0 +1,177 @@
+"""The gRPC app channel: daprd's ``AppCallback`` service, as ``--app-protocol grpc`` uses it.
+
+Delivery (dapr ``pkg/runtime/subscription/postman/grpc/grpc.go`` ``Deliver``):
+``OnTopicEvent`` with the ``TopicEventRequest`` of ``envelope.topic_event_request``; the
+answer's status SUCCESS acks (an empty answer is SUCCESS: proto3's default), RETRY and any
+unknown status retry, DROP drops; a gRPC error retries, except UNIMPLEMENTED, which daprd
+treats as done: it returns success, so the message is acked and never dead-lettered (logged
+as a warning and journaled with its reason).
+
+Start-up (``pkg/runtime/pubsub/subscriptions.go`` ``GetSubscriptionsGRPC``):
+``ListTopicSubscriptions``; UNIMPLEMENTED means none; a subscription without routes gets
+daprd's default rule, path "". Health (``AppCallbackHealthCheck.HealthCheck``): for the app
+health gate. Stubs are the ones Dapr publishes (the ``dapr`` package); nothing hand-encoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+from priority_pubsub.app_channel.address import grpc_target
+from priority_pubsub.app_channel.envelope import EnvelopeError, grpc_metadata, topic_event_request
+from priority_pubsub.config import AppConfig
+from priority_pubsub.dapr.discovery import AppNotAnswering
+from priority_pubsub.dapr.routing import Rule
+from priority_pubsub.dapr.subscriptions import APP_SOURCE, Subscription, from_app
+from priority_pubsub.delivery import Prepared
+from priority_pubsub.logs import get_logger
+from priority_pubsub.outcome import Kind, Outcome
+
+if TYPE_CHECKING:
+    import grpc
+    from dapr.proto.runtime.v1.appcallback_pb2 import TopicSubscription
+    from dapr.proto.runtime.v1.appcallback_pb2_grpc import AppCallbackStub
+
+log = get_logger("priority_pubsub.delivery")
+LIST_SOURCE = "ListTopicSubscriptions"
+_UNLIMITED = (("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1))
+
+
+class GrpcAppChannel:
+    """One HTTP/2 connection to the app, shared by every worker (gRPC multiplexes calls)."""
+
+    def __init__(self, app: AppConfig) -> None:
+        self._app = app
+        self._target = grpc_target(app.url.get_secret_value())
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: AppCallbackStub | None = None
+
+    async def start(self) -> None:
+        import grpc
+        from dapr.proto.runtime.v1.appcallback_pb2_grpc import AppCallbackStub
+
+        self._channel = grpc.aio.insecure_channel(self._target, options=_UNLIMITED)
+        self._stub = AppCallbackStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = self._stub = None
+
+    async def deliver(self, prepared: Prepared) -> Outcome:
+        import grpc
+
+        assert self._stub is not None, "start() first"
+        try:
+            request = topic_event_request(prepared)
+        except EnvelopeError as exc:
+            return Outcome.retry(f"error returned from app while processing pub/sub event: {exc}")
+        try:
+            answer = await self._stub.OnTopicEvent(
+                request, timeout=self._app.timeout_s,
+                metadata=grpc_metadata(prepared.request.headers))
+        except grpc.aio.AioRpcError as exc:
+            return self._rpc_error(exc, request.id)
+        return status_outcome(answer.status)
+
+    def _rpc_error(self, exc: grpc.aio.AioRpcError, event_id: str) -> Outcome:
+        import grpc
+
+        code = exc.code()
+        if code is grpc.StatusCode.UNIMPLEMENTED:
+            reason = f"app answered UNIMPLEMENTED (acked, as daprd does): {exc.details()}"
+            log.warning("non-retriable error returned from app: acked", event_id=event_id,
+                        reason=reason[:300])
+            return Outcome(Kind.ACK, None, reason[:300])
+        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            return Outcome.retry(f"app did not answer within {self._app.timeout_s:g}s")
+        return Outcome.retry(f"app returned gRPC {code.name}: {exc.details()}"[:300])
+
+
+def status_outcome(status: int) -> Outcome:
+    """``TopicEventResponse.status`` as daprd reads it."""
+    from dapr.proto.runtime.v1.appcallback_pb2 import TopicEventResponse
+
+    if status == TopicEventResponse.SUCCESS:
+        return Outcome.ack()
+    if status == TopicEventResponse.RETRY:
+        return Outcome.retry("app answered RETRY")
+    if status == TopicEventResponse.DROP:
+        return Outcome.drop("app answered DROP")
+    return Outcome.retry(f"app answered unknown status {status}")
+
+
+def list_topic_subscriptions(app_url: str, timeout_s: float) -> list[Subscription]:
+    """The app's subscriptions, asked at start as daprd asks (blocking; before the loop)."""
+    import grpc
+    from dapr.proto.runtime.v1.appcallback_pb2_grpc import AppCallbackStub
+    from google.protobuf.empty_pb2 import Empty
+
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(grpc_target(app_url)) as channel:
+        stub = AppCallbackStub(channel)
+        while True:
+            try:
+                answer = stub.ListTopicSubscriptions(Empty(), timeout=5, wait_for_ready=True)
+                break
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code is grpc.StatusCode.UNIMPLEMENTED:
+                    log.info("gRPC app does not implement ListTopicSubscriptions")
+                    return []
+                if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    log.error("app returned an error from ListTopicSubscriptions",
+                              code=code.name, details=exc.details())
+                    return []
+                if time.monotonic() > deadline:
+                    raise AppNotAnswering(
+                        f"the app did not answer {LIST_SOURCE} at {app_url} within "
+                        f"{timeout_s:g}s ({code.name})") from None
+    return subscriptions_from_grpc(list(answer.subscriptions))
+
+
+def subscriptions_from_grpc(found: list[TopicSubscription]) -> list[Subscription]:
+    """``TopicSubscription`` messages as subscriptions; no routes -> daprd's default ""."""
+    items: list[dict[str, Any]] = []
+    for sub in found:
+        item: dict[str, Any] = {
+            "pubsubname": sub.pubsub_name, "topic": sub.topic, "metadata": dict(sub.metadata),
+            "deadLetterTopic": sub.dead_letter_topic,
+            "routes": {"rules": [{"match": r.match, "path": r.path} for r in sub.routes.rules],
+                       "default": sub.routes.default},
+        }
+        if sub.HasField("bulk_subscribe"):
+            item["bulkSubscribe"] = {"enabled": sub.bulk_subscribe.enabled}
+        items.append(item)
+    default = Rule("", "")
+    subscriptions = []
+    for subscription in from_app(items):
+        source = subscription.source.replace(APP_SOURCE, LIST_SOURCE)
+        if subscription.rules:
+            subscriptions.append(dataclasses.replace(subscription, source=source))
+        else:
+            subscriptions.append(dataclasses.replace(
+                subscription, rules=(default,), compiled_rules=(default.compiled(),),
+                source=source))
+    return subscriptions
+
+
+async def app_callback_health(app_url: str, timeout_s: float) -> str | None:
+    """daprd's health probe for gRPC apps (``AppCallbackHealthCheck.HealthCheck``): None when
+    the app answers, else why not. For the app health gate."""
+    import grpc
+    from dapr.proto.runtime.v1.appcallback_pb2_grpc import AppCallbackHealthCheckStub
+    from google.protobuf.empty_pb2 import Empty
+
+    async with grpc.aio.insecure_channel(grpc_target(app_url)) as channel:
+        try:
+            await asyncio.wait_for(
+                AppCallbackHealthCheckStub(channel).HealthCheck(Empty()), timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            return f"app health check failed: {exc.code().name}: {exc.details()}"
+        except TimeoutError:
+            return f"app health check did not answer within {timeout_s:g}s"
+    return None

@@ -1,0 +1,44 @@
+"""JSON in and out for bodies we did not write: every failure is deterministic and named.
+
+Valid JSON can still be beyond Python's ``json``: nesting past the recursion limit
+(``RecursionError``), integers over ``sys.get_int_max_str_digits()`` digits (``ValueError``),
+and ``\\ud800``-style lone surrogate escapes, which parse but cannot be encoded as UTF-8.
+Each of these fails the same way on every attempt, so callers must decide at once (deliver
+the bytes as they are, or dead-letter with the reason) instead of retrying.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+UNREADABLE = (ValueError, RecursionError)
+"""What ``json.loads`` raises for bytes it cannot turn into a value (``JSONDecodeError`` and
+``UnicodeDecodeError`` are ``ValueError``s)."""
+
+
+class JsonUnreadable(ValueError):
+    """The text is not JSON this process can represent; ``str()`` says why, in one line."""
+
+
+def parse(data: bytes | str) -> Any:
+    """``json.loads`` whose every failure is a ``JsonUnreadable`` with a short reason."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise JsonUnreadable("JSON nested too deeply for this parser") from None
+    except ValueError as exc:
+        raise JsonUnreadable(f"not JSON this parser can read: {str(exc)[:120]}") from None
+
+
+def encode(value: Any) -> bytes:
+    """Compact UTF-8 JSON; a string holding a lone surrogate (it came from a ``\\udXXX``
+    escape in the input) is written back as that same escape, so nothing is lost."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    except RecursionError:
+        raise JsonUnreadable("JSON nested too deeply for this encoder") from None

@@ -1,0 +1,104 @@
+"""The one observer of delivery events: metrics, the journal and the delivery log lines.
+
+Receiving, the worker, the lease keeper and the settler only report what happened
+(``received``, ``forwarded``, ``lease_extended``, ``receive_call``, ``in_flight``,
+``settled``); this class alone turns that into Prometheus samples, journal records and log
+lines, as dramatiq's Prometheus middleware does. So every settle — surplus releases and
+failed settles included — is counted and journaled the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from priority_pubsub.journal import JournalRecord, JournalWriter
+from priority_pubsub.logs import get_logger
+from priority_pubsub.message import Message, now_ms
+from priority_pubsub.metrics import Metrics
+from priority_pubsub.outcome import Kind
+
+log = get_logger("priority_pubsub.delivery")
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """One settle as it happened at the broker (``kind`` SETTLE_FAILED when it did not)."""
+
+    message: Message
+    kind: Kind
+    reason: str | None
+    http_status: int | None = None
+    forwarded_ms: int | None = None
+    error: str | None = None
+    """The driver's error when the settle failed or was refused."""
+
+
+class DeliveryObserver:
+    def __init__(
+        self,
+        metrics: Metrics,
+        journal: JournalWriter | None,
+        *,
+        driver_type: str,
+        log_successes: bool = False,
+    ) -> None:
+        self.metrics = metrics
+        self._journal = journal
+        self._driver_type = driver_type
+        self._log_successes = log_successes
+
+    def received(self, message: Message) -> None:
+        metrics = self.metrics.queue(message.queue, message.priority)
+        metrics.received.inc()
+        metrics.wait_seconds.observe(max(0.0, (message.received_ms - message.enqueued_ms) / 1000))
+
+    def receive_call(self, queue: str, priority: int, *, empty: bool) -> None:
+        self.metrics.queue(queue, priority).receive_calls[empty].inc()
+
+    def forwarded(self, message: Message, duration_s: float) -> None:
+        self.metrics.queue(message.queue, message.priority).forward_seconds.observe(duration_s)
+
+    def lease_extended(self, message: Message) -> None:
+        self.metrics.queue(message.queue, message.priority).lease_extensions.inc()
+
+    def in_flight(self, count: int) -> None:
+        self.metrics.in_flight.set(count)
+
+    def settled(self, event: Settled) -> None:
+        message, kind = event.message, event.kind
+        settled_ms = now_ms()
+        self.metrics.queue(message.queue, message.priority).settled[kind.value].inc()
+        self._log(event, settled_ms - (event.forwarded_ms or message.received_ms))
+        if self._journal is not None:
+            self._journal.append(JournalRecord(
+                message_id=message.id, queue=message.queue, priority=message.priority,
+                driver=self._driver_type, attempt=message.attempt,
+                enqueued_ms=message.enqueued_ms, received_ms=message.received_ms,
+                forwarded_ms=event.forwarded_ms, settled_ms=settled_ms,
+                outcome=kind.value, http_status=event.http_status,
+                reason=event.reason, bytes=len(message.body),
+            ))
+
+    def _log(self, event: Settled, duration_ms: int) -> None:
+        # Successes at debug, as Dapr logs them: the journal and the metrics count every
+        # attempt; the log is for what needs a look.
+        kind = event.kind
+        if kind is Kind.ACK:
+            if self._log_successes:
+                log.debug("delivered", duration_ms=duration_ms, **fields(event))
+        elif kind is Kind.RELEASE:
+            log.debug("returned unseen", **fields(event))
+        elif kind is Kind.SETTLE_FAILED:
+            log.error("settle failed", error=event.error, **fields(event))
+        else:
+            log.warning("not delivered", duration_ms=duration_ms, **fields(event))
+
+
+def fields(event: Settled) -> dict[str, object]:
+    """The fields every delivery log line carries (README "Operations")."""
+    message = event.message
+    return {
+        "message_id": message.id, "queue": message.queue, "priority": message.priority,
+        "attempt": message.attempt, "outcome": event.kind.value,
+        "http_status": event.http_status, "reason": event.reason,
+    }

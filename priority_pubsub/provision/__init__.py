@@ -1,0 +1,119 @@
+"""Provisioning: create what the config needs on the broker and verify what exists.
+
+Kept apart from the drivers (which only consume and settle): ``priority-pubsub provision``
+calls it, ``run --provision`` calls it before the sidecar starts, and Dapr mode's entity
+management calls the same SQS/SNS code (``aws``). ``plan`` is the pure core; ``aws`` and
+``gcp`` are one module per broker. Drivers that declare their own entities at start (local)
+need nothing here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from priority_pubsub.errors import ConfigError
+from priority_pubsub.provision.plan import Action, Mode, exit_code, summary
+
+if TYPE_CHECKING:
+    from priority_pubsub.config import Settings
+    from priority_pubsub.dapr.plan import DaprPlan
+
+__all__ = ["Action", "Mode", "Provisioned", "provision", "provision_blocking"]
+
+SELF_DECLARING = {
+    "local": "the local driver creates its queues in its SQLite file at start",
+    "redis": "the redis driver declares its streams and consumer group at start "
+             "(XGROUP CREATE ... MKSTREAM), as Dapr's pubsub.redis does",
+}
+SERVICE_BUS_GAP = (
+    "azure_servicebus: not provisioned. The SDK's ServiceBusAdministrationClient speaks the "
+    "HTTP management (ATOM) API, which the test broker (tests/support/servicebus_broker.py, "
+    "AMQP only) does not implement, so queue/subscription creation with max delivery count "
+    "and lock duration could not be tested here and is not shipped untested"
+)
+
+
+@dataclass
+class Provisioned:
+    actions: list[Action]
+    mode: Mode
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.actions, self.mode)
+
+    def as_json(self) -> str:
+        return json.dumps({"actions": [a.as_json() for a in self.actions],
+                           "notes": self.notes}, indent=2)
+
+    def render(self) -> None:
+        """A table for humans (rich), then the notes and a summary line."""
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("resource", "action", "setting", "current", "wanted")
+        for a in self.actions:
+            table.add_row(a.resource, a.action.value, a.setting or "", _text(a.current),
+                          _text(a.wanted))
+        console = Console(width=160)
+        console.print(table)
+        for note in self.notes:
+            console.print(f"note: {note}")
+        console.print(summary(self.actions, self.mode))
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def provision_blocking(settings: Settings, mode: Mode, plan: DaprPlan | None = None
+                       ) -> Provisioned:
+    """Plan (``mode.dry_run``) or apply what ``settings`` (or a Dapr plan) needs. Blocking
+    SDK calls: from async code use ``provision``. Raises ``DriverError`` / ``ConfigError``."""
+    kind = settings.driver.type
+    if plan is not None:
+        from priority_pubsub.dapr.snssqs import SnsSqs, dapr_spec
+
+        if not isinstance(plan.kind, SnsSqs):
+            raise ConfigError(f"provision: Dapr component {plan.component.type} is not "
+                              "provisioned here (daprd's snssqs entities are)")
+        from priority_pubsub.provision.aws import provision_sqs
+
+        return Provisioned(provision_sqs(dapr_spec(plan, settings), mode,
+                                         **_aws_target(settings)), mode)
+    if kind == "sqs":
+        from priority_pubsub.provision.aws import provision_sqs, spec_from_settings
+
+        return Provisioned(provision_sqs(spec_from_settings(settings), mode,
+                                         **_aws_target(settings)), mode)
+    if kind == "gcp_pubsub":
+        from priority_pubsub.provision.gcp import provision_pubsub
+
+        actions, notes = provision_pubsub(settings, mode)
+        return Provisioned(actions, mode, notes)
+    if kind in SELF_DECLARING:
+        return Provisioned([], mode, [SELF_DECLARING[kind]])
+    if kind == "azure_servicebus":
+        raise ConfigError(SERVICE_BUS_GAP)
+    raise ConfigError(f"provision: driver {kind} has no provisioning part (it declares its "
+                      "own entities at start, or nothing is implemented for it)")
+
+
+async def provision(settings: Settings, mode: Mode, plan: DaprPlan | None = None
+                    ) -> Provisioned:
+    return await asyncio.to_thread(provision_blocking, settings, mode, plan)
+
+
+def _aws_target(settings: Settings) -> dict[str, str | None]:
+    """The SQS driver's region and endpoint (a secret URL: it may carry credentials)."""
+    options = settings.driver.options()
+    endpoint = options.get("endpoint_url")
+    if endpoint is not None and hasattr(endpoint, "get_secret_value"):
+        endpoint = endpoint.get_secret_value()
+    return {"region": options.get("region"), "endpoint_url": endpoint}

@@ -1,0 +1,139 @@
+"""daprd's HTTP publish API (``pkg/api/http/http.go``): ``POST|PUT /v1.0/publish/{pubsubname}/
+{topic}``, bulk ``/v1.0-alpha1/publish/bulk/...`` (and ``/v1.0/publish/bulk/...``),
+``GET /v1.0/healthz`` and ``/v1.0/healthz/outbound`` (the SDKs poll the latter before their
+first call). ``dapr-api-token`` checked as daprd's middleware does (health exempt); bodies
+over ``max_body_bytes`` refused as daprd's limited reader refuses them (500, "stream too
+large"). Every other Dapr API answers 404: this sidecar serves only publishing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from priority_pubsub.publish_api import errors
+from priority_pubsub.publish_api.envelope import EnvelopeError, Trace, bulk_entry_bytes
+from priority_pubsub.publish_api.service import (
+    BulkEntry,
+    PublishService,
+    first_values,
+    require_unique_ids,
+)
+
+STREAM_TOO_LARGE = "stream too large"
+"""dapr/kit ``streams.ErrStreamTooLarge``."""
+_HEALTH_PATHS = ("/v1.0/healthz", "/v1.0/healthz/outbound")
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_app(service: PublishService, api_token: str, max_body_bytes: int) -> web.Application:
+    app = web.Application(client_max_size=max_body_bytes,
+                          middlewares=[_token_middleware(api_token)])
+    app.router.add_get("/v1.0/healthz", lambda _: _health(service))
+    app.router.add_get("/v1.0/healthz/outbound", lambda _: _health(service))
+    bulk = _bulk_handler(service)
+    single = _publish_handler(service, max_body_bytes)
+    for method in ("POST", "PUT"):
+        for prefix in ("/v1.0-alpha1/publish/bulk", "/v1.0/publish/bulk"):
+            app.router.add_route(method, prefix + "/{pubsubname}/{topic:.*}", bulk)
+        app.router.add_route(method, "/v1.0/publish/{pubsubname}/{topic:.*}", single)
+    return app
+
+
+def _token_middleware(token: str) -> Any:
+    @web.middleware
+    async def check(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        exempt = request.method == "GET" and request.path.rstrip("/") in _HEALTH_PATHS
+        given = request.headers.get("dapr-api-token", "")
+        if token and not exempt and not hmac.compare_digest(given.encode(), token.encode()):
+            return web.Response(status=401, text=errors.INVALID_TOKEN_TEXT,
+                                content_type="text/plain", charset="utf-8")
+        return await handler(request)
+
+    return check
+
+
+async def _health(service: PublishService) -> web.Response:
+    if service.ready:
+        return web.Response(status=204)
+    body = {"errorCode": "ERR_HEALTH_NOT_READY", "message": "dapr is not ready"}
+    return web.json_response(body, status=500)
+
+
+def _error(exc: errors.DaprError) -> web.Response:
+    return web.Response(status=exc.http_status, body=exc.http_body(),
+                        content_type="application/json")
+
+
+def _trace(request: web.Request) -> Trace:
+    return Trace(request.headers.get("traceparent", ""), request.headers.get("tracestate", ""))
+
+
+def _publish_handler(service: PublishService, max_body_bytes: int) -> _Handler:
+    async def publish(request: web.Request) -> web.Response:
+        pubsub, topic = request.match_info["pubsubname"], request.match_info["topic"]
+        metadata = first_values(request.query.items())
+        try:
+            service.check(pubsub, topic, metadata)
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise errors.publish_failed(pubsub, topic, STREAM_TOO_LARGE) from None
+            await service.publish(pubsub, topic, body, request.headers.get("Content-Type", ""),
+                                  metadata, _trace(request))
+        except errors.DaprError as exc:
+            return _error(exc)
+        return web.Response(status=204)
+
+    return publish
+
+
+def _bulk_handler(service: PublishService) -> _Handler:
+    async def publish_bulk(request: web.Request) -> web.Response:
+        pubsub, topic = request.match_info["pubsubname"], request.match_info["topic"]
+        metadata = first_values(request.query.items())
+        try:
+            raw = service.check(pubsub, topic, metadata)
+            try:
+                incoming = json.loads(await request.read())
+            except web.HTTPRequestEntityTooLarge:
+                raise errors.unmarshal_events(pubsub, topic, service.app_id,
+                                              STREAM_TOO_LARGE) from None
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise errors.unmarshal_events(pubsub, topic, service.app_id, str(exc)) from None
+            entries = _bulk_entries(service, topic, incoming)
+            failed = await service.publish_bulk(topic, entries, metadata, _trace(request), raw)
+        except errors.DaprError as exc:
+            return _error(exc)
+        if not failed:
+            return web.Response(status=204)
+        body = {"failedEntries": [{"entryId": entry_id, "error": error}
+                                  for entry_id, error in failed],
+                "errorCode": "ERR_PUBSUB_PUBLISH_MESSAGE"}
+        return web.json_response(body, status=500)
+
+    return publish_bulk
+
+
+def _bulk_entries(service: PublishService, topic: str, incoming: Any) -> list[BulkEntry]:
+    pubsub = service.pubsub_name
+    if not isinstance(incoming, list) or not all(isinstance(e, dict) for e in incoming):
+        raise errors.unmarshal_events(pubsub, topic, service.app_id,
+                                      "json: cannot unmarshal into a list of entries")
+    entries = []
+    for item in incoming:
+        content_type = str(item.get("contentType") or "")
+        try:
+            data = bulk_entry_bytes(item.get("event"), content_type)
+        except EnvelopeError as exc:
+            raise errors.marshal_envelope(pubsub, topic, service.app_id, str(exc)) from None
+        metadata = item.get("metadata")
+        entries.append(BulkEntry(str(item.get("entryId") or ""), data, content_type,
+                                 {str(k): str(v) for k, v in metadata.items()}
+                                 if isinstance(metadata, dict) else None))
+        require_unique_ids(service, topic, [e.entry_id for e in entries])
+    return entries

@@ -1,0 +1,119 @@
+"""Receiving: keep every free worker slot busy, one task per message, and drain on stop.
+
+The receive loop asks the dispatcher for at most as many messages as there are free slots,
+starts one worker task per message and waits for a slot to free up when all are busy.
+``pause()`` closes a gate the loop waits on before each take (in-flight messages carry on);
+``resume()`` opens it again. ``stop()`` stops taking, lets in-flight tasks finish for
+``shutdown.grace_s``, then cancels the rest: cancelled workers return their messages at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from priority_pubsub.backoff import Backoff
+from priority_pubsub.config import Settings
+from priority_pubsub.dispatcher import Dispatcher
+from priority_pubsub.errors import DriverError
+from priority_pubsub.logs import get_logger
+from priority_pubsub.message import Message
+from priority_pubsub.observer import DeliveryObserver
+from priority_pubsub.worker import Worker
+
+log = get_logger("priority_pubsub.sidecar")
+
+
+class Receiver:
+    def __init__(
+        self,
+        settings: Settings,
+        dispatcher: Dispatcher,
+        worker: Worker,
+        observer: DeliveryObserver,
+    ) -> None:
+        self._concurrency = settings.concurrency
+        self._grace_s = settings.shutdown.grace_s
+        self._dispatcher = dispatcher
+        self._worker = worker
+        self._observer = observer
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slot_freed = asyncio.Event()
+        self._open = asyncio.Event()
+        self._open.set()
+        self._loop: asyncio.Task[None] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def paused(self) -> bool:
+        return not self._open.is_set()
+
+    def pause(self) -> None:
+        """Stop taking new messages (in-flight ones finish) until ``resume``."""
+        self._open.clear()
+
+    def resume(self) -> None:
+        self._open.set()
+
+    async def start(self) -> None:
+        self._loop = asyncio.create_task(self._receive_loop(), name="receive-loop")
+
+    async def wait(self) -> None:
+        """Until the receive loop ends by itself (a bug: it never should); raises its error."""
+        if self._loop is not None:
+            await self._loop
+
+    async def stop(self) -> None:
+        """Stop taking, drain in-flight tasks for the grace period, cancel the rest."""
+        if self._loop is not None:
+            self._loop.cancel()
+            # its error, if any, was raised by ``wait``: the drain must happen regardless
+            await asyncio.gather(self._loop, return_exceptions=True)
+        await self._drain()
+
+    async def _receive_loop(self) -> None:
+        backoff = Backoff(initial_s=0.5, max_s=30.0)
+        while True:
+            await self._open.wait()
+            free = self._concurrency - len(self._tasks)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            try:
+                messages = await self._dispatcher.take(free)
+            except DriverError as exc:
+                log.warning("receive failed, backing off", error=str(exc),
+                            retry_in_s=backoff.next_s())
+                await backoff.sleep()
+                continue
+            backoff.reset()
+            for message in messages:
+                self._start_task(message)
+
+    def _start_task(self, message: Message) -> None:
+        self._observer.received(message)
+        task = asyncio.create_task(self._worker.handle(message), name=f"msg-{message.id}")
+        self._tasks.add(task)
+        self._observer.in_flight(len(self._tasks))
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._observer.in_flight(len(self._tasks))
+        self._slot_freed.set()
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("worker crashed", error=repr(error))
+
+    async def _drain(self) -> None:
+        if not self._tasks:
+            return
+        log.info("draining", in_flight=len(self._tasks), grace_s=self._grace_s)
+        _, pending = await asyncio.wait(set(self._tasks), timeout=self._grace_s)
+        if pending:
+            log.warning("grace period over, returning unfinished messages", count=len(pending))
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,35 @@
+"""Chaos scenarios: each records its accounting, printed at the end of the run (CI logs)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.chaos.ledger import Accounting
+from tests.support.app import RecordingApp
+
+_REPORTED: list[Accounting] = []
+
+
+@pytest.fixture
+def app() -> Iterator[RecordingApp]:
+    with RecordingApp() as running:
+        yield running
+
+
+@pytest.fixture
+def report() -> Iterator[list[Accounting]]:
+    """A scenario appends its ``Accounting``; the run's summary prints every one."""
+    rows: list[Accounting] = []
+    yield rows
+    _REPORTED.extend(rows)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _REPORTED:
+        return
+    terminalreporter.section("chaos accounting")
+    terminalreporter.write_line(Accounting.header())
+    for row in _REPORTED:
+        terminalreporter.write_line(row.line())

@@ -1,0 +1,132 @@
+"""The broker goes away and comes back (SQS on moto server, killed with SIGKILL).
+
+The sidecar must report not-ready within seconds, never exit, and deliver again once the
+broker is back. moto keeps its queues in memory, so the restart starts empty: the queues are
+created again (same names, same URLs) and the accounting covers what was published before
+the kill (all settled by then) and after the restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import httpx
+import pytest
+
+from tests.chaos.ledger import Accounting, account
+from tests.e2e.helpers import wait_until
+from tests.support.app import RecordingApp
+from tests.support.moto_server import MotoServer, running_moto_server
+from tests.support.servers import free_port
+from tests.support.sidecar import SidecarProcess, sidecar_config
+
+pytestmark = [pytest.mark.chaos, pytest.mark.sqs]
+
+QUEUES = ["chaos-high", "chaos-low"]
+BATCH = 30
+DOWN_S = 8.0
+
+
+class RestartableMoto:
+    """A moto server on a port fixed for its whole life, so clients keep their URLs."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self._stack = contextlib.ExitStack()
+        self._server: MotoServer | None = None
+
+    def start(self) -> None:
+        self._server = self._stack.enter_context(running_moto_server(port=self.port))
+        sqs = boto3.session.Session().client("sqs", endpoint_url=self.endpoint_url)
+        for name in [*QUEUES, "chaos-dead"]:
+            sqs.create_queue(QueueName=name)
+
+    def kill_9(self) -> None:
+        assert self._server is not None
+        os.kill(self._server.pid, signal.SIGKILL)
+        self._stack.close()  # reaps it
+        self._stack = contextlib.ExitStack()
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def send(self, queue: str, body: str) -> str:
+        sqs = boto3.session.Session().client("sqs", endpoint_url=self.endpoint_url)
+        url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+        return str(sqs.send_message(QueueUrl=url, MessageBody=body)["MessageId"])
+
+    def depth(self, queue: str) -> int:
+        sqs = boto3.session.Session().client("sqs", endpoint_url=self.endpoint_url)
+        url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
+        values = attributes["Attributes"]
+        return int(values["ApproximateNumberOfMessages"]) + int(
+            values["ApproximateNumberOfMessagesNotVisible"])
+
+
+@pytest.fixture
+def moto(moto_server: MotoServer) -> Iterator[RestartableMoto]:
+    """Its own server (the session's ``moto_server`` supplies the fake credentials)."""
+    server = RestartableMoto()
+    server.start()
+    yield server
+    server.close()
+
+
+def _readyz(sidecar: SidecarProcess) -> int:
+    try:
+        return httpx.get(f"{sidecar.ops_url}/readyz", timeout=2).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def test_sqs_broker_killed_and_restarted(
+    tmp_path: Path, app: RecordingApp, moto: RestartableMoto, report: list[Accounting]
+) -> None:
+    driver = {"type": "sqs", "region": "us-east-1", "endpoint_url": moto.endpoint_url,
+              "wait_time_s": 2, "connect_timeout_s": 1}
+    config = sidecar_config(tmp_path, app.url, driver, QUEUES, concurrency=4,
+                            dead_letter={"queue": "chaos-dead"})
+    sidecar = SidecarProcess(tmp_path, config)
+    published: list[str] = []
+    try:
+        sidecar.wait_ready(timeout_s=30)
+        published += [moto.send(QUEUES[n % 2], f'{{"n": {n}}}') for n in range(BATCH)]
+        wait_until(lambda: len(app.received) >= BATCH, timeout_s=30)
+        wait_until(lambda: sum(moto.depth(q) for q in QUEUES) == 0, timeout_s=30)
+
+        moto.kill_9()
+        killed = time.monotonic()
+        wait_until(lambda: _readyz(sidecar) == 503, timeout_s=10, interval_s=0.1)
+        not_ready_after_s = time.monotonic() - killed
+        time.sleep(max(0.0, DOWN_S - not_ready_after_s))
+        assert sidecar.process.poll() is None, sidecar.logs()
+
+        moto.start()
+        restarted = time.monotonic()
+        published += [moto.send(QUEUES[n % 2], f'{{"n": {n}}}') for n in range(BATCH, 2 * BATCH)]
+        wait_until(lambda: len(app.received) >= 2 * BATCH, timeout_s=60)
+        resumed_after_s = time.monotonic() - restarted
+        wait_until(lambda: sum(moto.depth(q) for q in QUEUES) == 0, timeout_s=30)
+        wait_until(lambda: _readyz(sidecar) == 200, timeout_s=30)
+    finally:
+        assert sidecar.stop() == 0
+
+    seen = Counter(r.event["id"] for r in app.received)
+    assert moto.depth("chaos-dead") == 0  # (what reached it before the kill died with moto)
+    result = account("SQS (moto) killed 8 s, restarted", published, seen, set(), set(),
+                     note=f"not ready after {not_ready_after_s:.1f} s, "
+                          f"delivering {resumed_after_s:.1f} s after restart")
+    report.append(result)
+    assert result.lost == 0
+    assert result.delivered == result.acked == 2 * BATCH
+    assert result.dead == 0
+    assert not_ready_after_s < 5

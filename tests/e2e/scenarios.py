@@ -1,0 +1,220 @@
+"""The end-to-end scenarios every broker must pass, written once and subclassed per broker.
+
+Each test runs the real ``priority-pubsub run`` subprocess against a real broker (server or
+emulator) and a real HTTP app (``RecordingApp``), and checks what the app saw, what the
+journal recorded and what reached the dead-letter destination.
+
+How to add a broker (the FastStream ``tests/brokers/base`` pattern):
+
+1. Write its topology in ``tests/support/topologies/<broker>.py``: a class satisfying
+   ``tests.support.topologies.base.Topology`` (fresh uniquely named queues, ``publish``,
+   ``dead_letters``, ``driver_options``, ``dead_letter_config``, ``close``). The driver tests in
+   ``tests/drivers`` use the same class.
+   Add its fixture (fresh topology per test, closed after) to
+   ``tests/support/topologies/fixtures.py``.
+2. In ``tests/e2e/test_<broker>_e2e.py``, subclass ``SidecarScenarios``, mark it, and return
+   that fixture as ``topology``::
+
+       pytestmark = pytest.mark.redis
+
+       class TestRedisScenarios(SidecarScenarios):
+           @pytest.fixture
+           def topology(self, redis_topology: RedisTopology) -> RedisTopology:
+               return redis_topology
+
+   Tune the class attributes below only where the broker really differs (say why in a
+   comment). Broker-specific tests (wire formats, native features) go next to the subclass.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
+from tests.support.app import Received, RecordingApp, Reply
+from tests.support.sidecar import SidecarProcess, start_sidecar
+from tests.support.topologies.base import Topology, topology_config
+
+
+def body(data: object) -> bytes:
+    """A JSON body: the sidecar wraps it into a CloudEvent whose ``data`` is ``data``."""
+    return json.dumps(data).encode()
+
+
+def _outcomes(directory: Path) -> list[str]:
+    return sorted(record["outcome"] for record in journal_records(directory / "journal"))
+
+
+class SidecarScenarios:
+    """Subclass per broker and provide a ``topology`` fixture (see the module docstring)."""
+
+    ready_timeout_s: ClassVar[float] = 20
+    """How long the sidecar may take to become ready (SDK connection set-up)."""
+    short_lease_s: ClassVar[float] = 1.0
+    """The shortest lease the broker honours reliably; the long task runs 3.5 of these."""
+    gap_slack_s: ClassVar[float] = 2.5
+    """How much later than its backoff delay a retry may arrive (polling granularity)."""
+    concurrency: ClassVar[int] = 2
+    """Tasks at once in the long-task and backoff scenarios: with 2, a lapsed lease is taken
+    again by the idle slot, and settles run concurrently."""
+    replica_messages: ClassVar[int] = 40
+    """Messages the two replicas share (0.2 s each, two at a time per replica)."""
+
+    def config(self, topology: Topology, directory: Path, app: RecordingApp, queues: list[str],
+               **overrides: Any) -> dict[str, Any]:
+        return topology_config(topology, directory, app.url, queues, **overrides)
+
+    def start(self, directory: Path, config: dict[str, Any], name: str = "sidecar"
+              ) -> SidecarProcess:
+        return start_sidecar(directory, config, ready_timeout_s=self.ready_timeout_s, name=name)
+
+    def test_strict_priority_with_a_late_high(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        high, low = topology.queue("high", lease_s=10), topology.queue("low", lease_s=10)
+        app.behaviour = lambda _: Reply(delay_s=0.3)
+        for n in range(6):  # the low backlog is there first
+            topology.publish(low, body(n))
+        for n in range(4):
+            topology.publish(high, body(n))
+        sidecar = self.start(tmp_path, self.config(topology, tmp_path, app, [high, low],
+                                                   lease={"duration_s": 10}))
+        try:
+            app.wait_for(6, timeout_s=30)  # four high, then lows: a high arrives mid-backlog
+            topology.publish(high, body("late"))
+            received = app.wait_for(11, timeout_s=30)
+        finally:
+            assert sidecar.stop() == 0
+        assert_strict_with_a_late_high(received, high, low)
+
+    def test_long_task_is_delivered_once(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        lease_s = self.short_lease_s
+        queue = topology.queue("long", lease_s=lease_s)
+        app.behaviour = lambda _: Reply(delay_s=3.5 * lease_s)
+        topology.publish(queue, body("long"))
+        config = self.config(topology, tmp_path, app, [queue], concurrency=self.concurrency,
+                             lease={"duration_s": lease_s})
+        sidecar = self.start(tmp_path, config)
+        try:
+            app.wait_for(1)
+            wait_until(lambda: journal_records(tmp_path / "journal"), timeout_s=10 * lease_s)
+            time.sleep(1.5 * lease_s)  # a lapsed lease would show up as a second delivery
+            metrics = sidecar.metrics()
+        finally:
+            assert sidecar.stop() == 0
+        assert len(app.received) == 1
+        [record] = journal_records(tmp_path / "journal")
+        assert (record["outcome"], record["attempt"]) == ("ack", 1)
+        [extensions] = [line for line in metrics.splitlines()
+                        if line.startswith("priority_pubsub_lease_extensions_total{")]
+        assert float(extensions.split()[-1]) >= 2
+
+    def test_backoff_then_max_attempts_then_dead_letter(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        queue = topology.queue("retry", lease_s=10)
+
+        def flaky_or_doomed(request: Received) -> Reply:
+            succeeds = request.event["data"] == "flaky" and request.event["attempt"] >= 3
+            return Reply(200) if succeeds else Reply(503)
+
+        app.behaviour = flaky_or_doomed
+        topology.publish(queue, body("flaky"))
+        topology.publish(queue, body("doomed"), {"origin": "e2e"})
+        config = self.config(topology, tmp_path, app, [queue], concurrency=self.concurrency,
+                             lease={"duration_s": 10},
+                             retry={"max_attempts": 3, "initial_delay_s": 1, "max_delay_s": 8})
+        sidecar = self.start(tmp_path, config)
+        try:
+            wait_until(lambda: len(journal_records(tmp_path / "journal")) == 6, timeout_s=40)
+        finally:
+            assert sidecar.stop() == 0
+        by_data: dict[str, list[Received]] = {"flaky": [], "doomed": []}
+        for request in app.received:
+            by_data[request.event["data"]].append(request)
+        for data, requests in by_data.items():  # attempts come from the broker
+            assert [r.event["attempt"] for r in requests] == [1, 2, 3], data
+            gaps = [b.at - a.at for a, b in itertools.pairwise(requests)]
+            for gap, delay in zip(gaps, (1, 2), strict=True):  # initial 1 s, doubled
+                assert delay - 0.1 <= gap <= delay + self.gap_slack_s, (data, gaps)
+        [letter] = topology.dead_letters()
+        assert json.loads(letter.body) == "doomed"  # body kept
+        assert letter.attributes.get("origin") == "e2e"  # attributes kept
+        assert "max attempts (3) reached" in (letter.reason or "")
+        assert _outcomes(tmp_path) == ["ack", "dead", "retry", "retry", "retry", "retry"]
+
+    def test_fatal_code_dead_letters_at_once(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        queue = topology.queue("fatal", lease_s=10)
+        app.behaviour = lambda _: Reply(422)
+        topology.publish(queue, body("invalid"), {"origin": "frontend"})
+        config = self.config(topology, tmp_path, app, [queue], lease={"duration_s": 10})
+        sidecar = self.start(tmp_path, config)
+        try:
+            wait_until(lambda: journal_records(tmp_path / "journal"), timeout_s=15)
+        finally:
+            assert sidecar.stop() == 0
+        [letter] = topology.dead_letters()
+        assert json.loads(letter.body) == "invalid"
+        assert letter.attributes.get("origin") == "frontend"
+        assert "422" in (letter.reason or "")
+        assert len(app.received) == 1  # never retried
+        assert _outcomes(tmp_path) == ["dead"]
+
+    def test_sigterm_returns_unfinished_messages_at_once(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        queue = topology.queue("busy", lease_s=60)
+        app.behaviour = lambda _: Reply(delay_s=30 if len(app.received) == 1 else 0)
+        topology.publish(queue, body("busy"))
+        config = self.config(topology, tmp_path, app, [queue], lease={"duration_s": 60},
+                             shutdown={"grace_s": 1})
+        sidecar = self.start(tmp_path, config)
+        try:
+            app.wait_for(1)
+            sidecar.terminate()
+            assert sidecar.wait(timeout_s=20) == 0
+        finally:
+            sidecar.stop()
+        [record] = journal_records(tmp_path / "journal")
+        assert record["outcome"] == "retry"
+        # Back on the queue now, not after the 60 s lease: a replica gets it at once.
+        replica = self.start(tmp_path, {**config, "journal": None}, name="replica")
+        try:
+            received = app.wait_for(2, timeout_s=20)
+        finally:
+            assert replica.stop() == 0
+        assert received[1].event["data"] == "busy"
+        assert received[1].event["attempt"] == 2
+
+    def test_two_replicas_share_queues_without_double_delivery(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        queue = topology.queue("shared", lease_s=30)
+        app.behaviour = lambda _: Reply(delay_s=0.2)
+        for n in range(self.replica_messages):
+            topology.publish(queue, body(n))
+        config = self.config(topology, tmp_path, app, [queue], concurrency=2, journal=None,
+                             lease={"duration_s": 30})
+        # both start before either is waited for, so neither drains the queue alone
+        replicas = [SidecarProcess(tmp_path, config, name=f"replica{n}") for n in range(2)]
+        try:
+            for replica in replicas:
+                replica.wait_ready(timeout_s=self.ready_timeout_s)
+            app.wait_for(self.replica_messages, timeout_s=60)
+            time.sleep(1)  # a double delivery would arrive by now
+        finally:
+            codes = [replica.stop() for replica in replicas]
+        assert codes == [0, 0]
+        delivered = Counter(r.event["data"] for r in app.received)
+        assert sorted(delivered) == list(range(self.replica_messages))
+        assert set(delivered.values()) == {1}
+        assert app.max_in_progress > 2  # both replicas really worked at once

@@ -1,0 +1,57 @@
+"""The report reads journal schema v1 and v2 files alike, and counts a failed settle right:
+not completed (the broker delivers the message again), a ``release`` not a delivery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from priority_pubsub.analytics.report import run_report
+from tests.spark import journals
+from tests.spark.journals import T0, record
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(400)]
+
+
+def as_v1(line: str) -> str:
+    value = json.loads(line)
+    value["v"] = 1
+    return json.dumps(value)
+
+
+def test_old_and_new_journals_in_one_report(spark: SparkSession, tmp_path: Path) -> None:
+    old = [record("old-1", 0, T0, T0 + 10, T0 + 20), record("old-2", 0, T0, T0 + 10, T0 + 30)]
+    new = [
+        record("s-1", 0, T0, T0 + 5, T0 + 6, outcome="release", status=None, forwarded=None,
+               reason="surplus: returned unseen"),
+        record("s-1", 0, T0, T0 + 40, T0 + 50),
+        # the app said 200, the delete failed: the broker will deliver it again
+        record("f-1", 0, T0, T0 + 10, T0 + 60, outcome="settle_failed",
+               reason="ack; settle failed: DriverUnavailable('broker down')"),
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "journal-old.jsonl").write_text(
+        "".join(as_v1(r.to_json()) + "\n" for r in old)
+    )
+    journals.write(tmp_path / "in" / "journal-new.jsonl", new)
+    summary = run_report(str(tmp_path / "in" / "journal-*"), str(tmp_path / "out"), spark=spark)
+
+    assert summary.lines.bad == 0
+    assert (summary.lines.valid, summary.lines.released) == (4, 1)
+    [hour] = spark.read.parquet(summary.tables["hourly"]).collect()
+    assert (hour["attempts"], hour["ack"], hour["settle_failed"]) == (4, 3, 1)
+    assert hour["completed"] == 3  # a failed settle is not a completion
+    assert hour["first_deliveries"] == 4  # the release is no delivery: s-1 waited 40 ms
+    life = {r["message_id"]: r for r in spark.read.parquet(summary.tables["lifecycle"]).collect()}
+    assert life["f-1"]["final_outcome"] == "in_progress"
+    assert (life["s-1"]["final_outcome"], life["s-1"]["deliveries"]) == ("ack", 1)
+    assert life["old-1"]["final_outcome"] == "ack"
+    html = Path(summary.html_path).read_text()
+    assert "released unseen" in html
+    assert "settle_failed" in html

@@ -1,0 +1,84 @@
+"""A real gRPC app of the tests' own: Dapr's ``AppCallback`` service (the stubs the ``dapr``
+package ships) on a free port, recording every ``OnTopicEvent`` with its metadata and
+answering per topic as a test scripts it: a ``TopicEventResponse`` status, or a gRPC error
+code (UNIMPLEMENTED, INTERNAL...)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from dapr.proto.runtime.v1 import appcallback_pb2, appcallback_pb2_grpc
+
+from tests.support.servers import free_port
+
+SUCCESS = appcallback_pb2.TopicEventResponse.SUCCESS
+RETRY = appcallback_pb2.TopicEventResponse.RETRY
+DROP = appcallback_pb2.TopicEventResponse.DROP
+
+
+@dataclass(frozen=True)
+class Call:
+    request: appcallback_pb2.TopicEventRequest
+    metadata: dict[str, str]
+
+
+Answer = int | grpc.StatusCode
+"""A ``TopicEventResponse`` status, or the gRPC error code to fail the call with."""
+
+
+@dataclass
+class GrpcApp:
+    answer: Callable[[appcallback_pb2.TopicEventRequest], Answer] = lambda _: SUCCESS
+    subscriptions: list[appcallback_pb2.TopicSubscription] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    port: int = field(default_factory=free_port)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"grpc://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> GrpcApp:
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        appcallback_pb2_grpc.add_AppCallbackServicer_to_server(_Servicer(self), self._server)
+        appcallback_pb2_grpc.add_AppCallbackHealthCheckServicer_to_server(
+            _Health(), self._server)
+        self._server.add_insecure_port(f"127.0.0.1:{self.port}")
+        self._server.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.stop(grace=1).wait(5)
+
+    def topics(self) -> list[str]:
+        with self._lock:
+            return [call.request.topic for call in self.calls]
+
+
+class _Servicer(appcallback_pb2_grpc.AppCallbackServicer):
+    def __init__(self, app: GrpcApp) -> None:
+        self._app = app
+
+    def ListTopicSubscriptions(self, request: Any, context: Any) -> Any:
+        return appcallback_pb2.ListTopicSubscriptionsResponse(
+            subscriptions=self._app.subscriptions)
+
+    def OnTopicEvent(self, request: Any, context: Any) -> Any:
+        metadata = {key: str(value) for key, value in context.invocation_metadata()}
+        with self._app._lock:
+            self._app.calls.append(Call(request, metadata))
+        answer = self._app.answer(request)
+        if isinstance(answer, grpc.StatusCode):
+            context.abort(answer, f"scripted {answer.name} for topic {request.topic}")
+        return appcallback_pb2.TopicEventResponse(status=answer)
+
+
+class _Health(appcallback_pb2_grpc.AppCallbackHealthCheckServicer):
+    def HealthCheck(self, request: Any, context: Any) -> Any:
+        return appcallback_pb2.HealthCheckResponse()

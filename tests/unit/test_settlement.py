@@ -1,0 +1,54 @@
+"""The settlement decisions, as pure functions: every settle the sidecar makes is one of these."""
+
+from __future__ import annotations
+
+import pytest
+
+from priority_pubsub.config import RetryConfig
+from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.settlement import Settlement, Verb, admit, plan_settlement
+
+POLICY = RetryConfig(max_attempts=3, initial_delay_s=2, max_delay_s=5)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "attempt", "expected"),
+    [
+        (Outcome.ack(200), 1, Settlement(Kind.ACK, Verb.ACK, 0.0, None, 200)),
+        (Outcome.retry("503", 503), 1, Settlement(Kind.RETRY, Verb.RETRY, 2.0, "503", 503)),
+        (Outcome.retry("503", 503), 2, Settlement(Kind.RETRY, Verb.RETRY, 4.0, "503", 503)),
+        (Outcome.retry("503", 503), 3, Settlement(
+            Kind.DEAD, Verb.DEAD_LETTER, 0.0, "max attempts (3) reached; last: 503", 503)),
+        (Outcome.dead("fatal 422", 422), 1,
+         Settlement(Kind.DEAD, Verb.DEAD_LETTER, 0.0, "fatal 422", 422)),
+        (Outcome.drop("404", 404), 1, Settlement(Kind.DROP, Verb.DEAD_LETTER, 0.0, "404", 404)),
+        (Outcome.release("surplus: returned unseen"), 5,
+         Settlement(Kind.RELEASE, Verb.RELEASE, 0.0, "surplus: returned unseen")),
+    ],
+)
+def test_plan_settlement(outcome: Outcome, attempt: int, expected: Settlement) -> None:
+    assert plan_settlement(outcome, attempt, POLICY) == expected
+
+
+def test_a_shutdown_returns_at_once_and_never_dead_letters() -> None:
+    planned = plan_settlement(Outcome.retry("shutting down"), 3, POLICY, shutting_down=True)
+    assert planned == Settlement(Kind.RETRY, Verb.RETRY, 0.0, "shutting down")
+
+
+@pytest.mark.parametrize("outcome", [Outcome.dead("fatal"), Outcome.drop("404")])
+def test_without_a_destination_it_deletes_but_says_what_it_was(outcome: Outcome) -> None:
+    planned = plan_settlement(outcome, 1, POLICY, dead_letter_enabled=False)
+    assert (planned.kind, planned.verb) == (outcome.kind, Verb.ACK)
+
+
+def test_admit_refuses_past_the_limit_only_where_the_count_is_exact() -> None:
+    assert admit(3, POLICY, releases_counted=False) is None
+    refused = admit(4, POLICY, releases_counted=False)
+    assert refused == Outcome.dead("max attempts (3) exceeded before delivery")
+    # SQS, Pub/Sub, Service Bus: the excess may be releases the app never saw
+    assert admit(4, POLICY, releases_counted=True) is None
+
+
+def test_a_driver_that_settles_drops_itself_gets_the_drop() -> None:
+    planned = plan_settlement(Outcome.drop("404", 404), 1, POLICY, drop_handled=True)
+    assert planned == Settlement(Kind.DROP, Verb.DROP, 0.0, "404", 404)
