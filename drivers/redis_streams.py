@@ -92,7 +92,7 @@ from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Lease, Message, now_ms
 from priority_pubsub.redaction import CredentialUrl, SecretUrl
 
-__all__ = ["RedisDriver", "RedisLease", "RedisOptions", "map_error"]
+__all__ = ["RedisDriver", "RedisLease", "RedisOptions", "connection_options", "map_error"]
 
 DATA_FIELD = b"data"
 METADATA_FIELD = b"metadata"
@@ -135,6 +135,19 @@ class RedisOptions(DriverOptions):
         return value
 
 
+def connection_options(options: RedisOptions) -> dict[str, Any]:
+    """``from_url`` keyword arguments (credentials, TLS, connect timeout) shared by the
+    driver's asyncio clients and the blocking client Dapr-mode publishing uses."""
+    extra: dict[str, Any] = {"socket_connect_timeout": options.connect_timeout_s}
+    if options.username is not None:
+        extra["username"] = options.username
+    if options.password is not None:
+        extra["password"] = options.password.get_secret_value()
+    if options.tls_ca_file is not None:
+        extra["ssl_ca_certs"] = str(options.tls_ca_file)
+    return extra
+
+
 @dataclass(frozen=True, slots=True)
 class RedisLease:
     """The lease token: which pending entry, and with which delivery count it was received."""
@@ -172,18 +185,10 @@ class RedisDriver:
         self._lease_ms = max(1, int(context.lease_duration_s * 1000))
 
     def _make_client(self, socket_timeout_s: float | None) -> aioredis.Redis:
-        opts = self.options
-        extra: dict[str, Any] = {}
-        if opts.username is not None:
-            extra["username"] = opts.username
-        if opts.password is not None:
-            extra["password"] = opts.password.get_secret_value()
-        if opts.tls_ca_file is not None:
-            extra["ssl_ca_certs"] = str(opts.tls_ca_file)
         return aioredis.Redis.from_url(
-            opts.url.get_secret_value(), socket_timeout=socket_timeout_s,
-            socket_connect_timeout=opts.connect_timeout_s, retry=Retry(NoBackoff(), 1),
-            health_check_interval=30, **extra,
+            self.options.url.get_secret_value(), socket_timeout=socket_timeout_s,
+            retry=Retry(NoBackoff(), 1), health_check_interval=30,
+            **connection_options(self.options),
         )
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -12,11 +12,15 @@ without end; ``retry.max_attempts`` (default 10) ends that here with a dead lett
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from priority_pubsub.dapr.components import ComponentContext, ComponentKind, Mapped, Unwrapped
 from priority_pubsub.errors import ConfigError
 from priority_pubsub.transforms.base import Payload
+
+if TYPE_CHECKING:
+    import redis
 
 DEFAULT_PROCESSING_TIMEOUT_S = 60.0
 _HONOURED = frozenset({
@@ -74,3 +78,39 @@ class RedisStreams(ComponentKind):
     def unwrap(self, component: ComponentContext, payload: Payload) -> Unwrapped:
         metadata = {f"metadata.{name}": value for name, value in payload.attributes.items()}
         return Unwrapped(payload.body, None, metadata, payload.content_type)
+
+    def entities(self, component: ComponentContext, driver: Mapping[str, Any]
+                 ) -> RedisTopics:
+        return RedisTopics(driver)
+
+
+class RedisTopics:
+    """Publishing as daprd's ``pubsub.redis`` Publish does (``XADD <topic> * data <event>``,
+    ``MAXLEN ~ maxLenApprox``): for the publish API and Dapr dead-letter topics. Nothing to
+    create: the driver declares its streams and group at start."""
+
+    def __init__(self, driver: Mapping[str, Any]) -> None:
+        from priority_pubsub.drivers.redis_streams import RedisOptions
+
+        self._options = RedisOptions.model_validate(dict(driver))
+        self._client: redis.Redis | None = None
+
+    def ensure(self, queues: list[tuple[str, tuple[str, ...]]],
+               dead_letter_queue: str | None) -> None:
+        return None
+
+    def publish(self, topic: str, data: bytes) -> None:
+        import redis
+
+        from priority_pubsub.drivers.redis_streams import connection_options, map_error
+
+        options = self._options
+        try:
+            if self._client is None:
+                self._client = redis.Redis.from_url(
+                    options.url.get_secret_value(), socket_timeout=options.call_timeout_s,
+                    **connection_options(options))
+            self._client.xadd(topic, {"data": data}, maxlen=options.max_len_approx,
+                              approximate=True)
+        except (redis.RedisError, OSError) as exc:
+            raise map_error(exc, f"publish to {topic!r}") from exc

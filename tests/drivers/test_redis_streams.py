@@ -11,7 +11,7 @@ import asyncio
 import datetime
 import ipaddress
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,16 @@ from priority_pubsub.config import validate_config
 from priority_pubsub.drivers.base import DEAD_LETTER_REASON, DEAD_LETTER_SOURCE, DriverContext
 from priority_pubsub.drivers.redis_streams import RedisDriver, RedisOptions
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
-from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, receive_all
+from tests.drivers.conformance import (
+    DeadLetter,
+    DriverConformance,
+    DriverHarness,
+    LateBroker,
+    receive_all,
+)
 from tests.support.redis_server import OwnRedis, unique
 from tests.support.servers import free_port
+from tests.support.topologies.redis import RedisTopology
 
 pytestmark = pytest.mark.redis
 GROUP = "priority-pubsub"
@@ -35,7 +42,9 @@ class Streams:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.prefix = unique("drv")
+        self.topology = RedisTopology(url)
+        """Publishing and dead letters as the e2e scenarios see them (sync admin calls)."""
+        self.prefix = self.topology.prefix
         self.raw = aioredis.Redis.from_url(url)
         self.made: list[RedisDriver] = []
 
@@ -66,9 +75,7 @@ class Streams:
     async def close(self) -> None:
         for made in self.made:
             await made.close()
-        keys = [k async for k in self.raw.scan_iter(match=f"*{self.prefix}*")]
-        if keys:
-            await self.raw.delete(*keys)
+        self.topology.close()
         await self.raw.aclose()
 
 
@@ -81,28 +88,49 @@ async def streams(redis_url: str) -> AsyncIterator[Streams]:
 
 @pytest.fixture
 async def harness(streams: Streams) -> DriverHarness:
-    queues = (streams.name("high"), streams.name("normal"), streams.name("low"))
-    dead = streams.name("dead")
+    topology = streams.topology
+    queues = (topology.queue("high"), topology.queue("normal"), topology.queue("low"))
+    dead = topology.dead
 
     async def make_driver(lease_s: float) -> RedisDriver:
         return await streams.driver(queues, dead, lease_s)
 
     async def publish(queue: str, body: bytes, attributes: dict[str, str]) -> None:
-        await streams.dapr_publish(queue, body, attributes or None)
+        topology.publish(queue, body, attributes)
 
     async def dead_letters() -> list[DeadLetter]:
-        letters = []
-        for fields in await streams.dead_letters(dead):
-            attributes = json.loads(fields[b"metadata"])
-            letters.append(DeadLetter(fields[b"data"], attributes,
-                                      attributes.get(DEAD_LETTER_REASON)))
-        await streams.raw.delete(dead)
-        return letters
+        return topology.dead_letters()
 
     return DriverHarness(
         queues=queues, dead_letter_queue=dead, make_driver=make_driver, publish=publish,
         dead_letters=dead_letters, lease_s=1.0, settle_s=0.3,
     )
+
+
+@pytest.fixture
+def late_broker(tmp_path: Path) -> Iterator[LateBroker]:
+    """A ``redis-server`` of the test's own on a port chosen now, started only by
+    ``bring_up`` (streams and group need no creating: the driver declares them)."""
+    server = OwnRedis(tmp_path / "late-redis")
+    queue = unique("late")
+
+    def make_driver() -> RedisDriver:
+        context = DriverContext(queues=(queue,), lease_duration_s=30)
+        return RedisDriver(RedisOptions.model_validate(
+            {"url": server.url, "connect_timeout_s": 1, "call_timeout_s": 2}), context)
+
+    async def bring_up() -> None:
+        await asyncio.to_thread(server.start)
+
+    async def publish(body: bytes) -> None:
+        topology = RedisTopology(server.url)
+        try:
+            await asyncio.to_thread(topology.publish, queue, body)
+        finally:
+            topology.close()
+
+    yield LateBroker(queue, make_driver, bring_up, publish)
+    server.stop()
 
 
 class TestRedisConformance(DriverConformance):

@@ -1,13 +1,14 @@
 """Dapr mode on Redis: the pub/sub quickstart's own ``components/pubsub.yaml``
 (``pubsub.redis``, dapr/quickstarts ``pub_sub/components``) and its subscriber app, behind the
 real sidecar; orders are written as daprd's ``pubsub.redis`` Publish writes them
-(``XADD orders * data <cloudevent>``). The component file is used as published, except that
+(``XADD orders * data <cloudevent>``), or published by the quickstart's checkout apps through
+the sidecar's publish API. The component file is used as published, except that
 ``localhost:6379`` points at a redis-server of the test's own (the quickstart's topic
 ``orders`` must not meet other tests' entries on the shared server)."""
 
 from __future__ import annotations
 
-import time
+import json
 import uuid
 from pathlib import Path
 
@@ -17,8 +18,9 @@ import redis
 from priority_pubsub.dapr.components import ComponentContext
 from priority_pubsub.dapr.redis_kind import RedisStreams, go_duration_s
 from priority_pubsub.errors import ConfigError
-from tests.e2e.helpers import journal_records
-from tests.e2e.test_dapr_quickstarts import FLASK, QUICKSTARTS, _orders_received
+from tests.e2e.helpers import assert_each_order_once, orders_received
+from tests.e2e.test_dapr_quickstarts import FLASK, QUICKSTARTS
+from tests.e2e.test_publish_api import CHECKOUTS, publish_api, run_checkout
 from tests.support.app_venv import running_app
 from tests.support.dapr_resources import dapr_config, dapr_event
 from tests.support.redis_server import OwnRedis
@@ -58,15 +60,43 @@ def test_quickstart_redis_component_and_subscriber_get_every_order_once(
             for order_id in range(1, ORDERS + 1):
                 raw.xadd("orders", {"data": dapr_event({"orderId": order_id}, topic="orders",
                                                        pubsub="orderpubsub")})
-            received = _orders_received(app, ORDERS)
-            time.sleep(0.5)
+            received = orders_received(app, ORDERS)
         finally:
             assert sidecar.stop() == 0
-    assert sorted(received) == list(range(1, ORDERS + 1)), app.output()
-    assert [r["outcome"] for r in journal_records(tmp_path / "journal")] == ["ack"] * ORDERS
+    assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
     [group] = raw.xinfo_groups("orders")  # daprd's layout: group = consumerID = the app id
     assert (group["name"].decode(), group["pending"], group["lag"]) == (app_id, 0, 0)
     raw.close()
+
+
+@pytest.mark.parametrize("checkout", CHECKOUTS)
+def test_quickstart_checkout_publishes_through_the_redis_component(
+    tmp_path: Path, own_redis: OwnRedis, checkout: str
+) -> None:
+    """The pinned checkout publishers (HTTP, and the SDK over gRPC) through the sidecar's
+    publish API onto the quickstart's component, as daprd's Publish writes: ``XADD orders *
+    data <cloudevent>``; the subscriber behind the same sidecar gets every order once."""
+    resources = tmp_path / "resources"
+    resources.mkdir()
+    (resources / "pubsub.yaml").write_text(
+        QUICKSTART_COMPONENT.replace("localhost:6379", f"127.0.0.1:{own_redis.port}"))
+    api = publish_api()
+    with running_app(QUICKSTARTS / "http-order-processor", FLASK, tmp_path / "app.log") as app:
+        config = dapr_config(tmp_path, resources, "order-processor", app.url, driver={},
+                             publish_api=api)
+        sidecar = start_sidecar(tmp_path, config, ready_timeout_s=60)
+        try:
+            run_checkout(tmp_path, checkout, api)
+            received = orders_received(app, ORDERS)
+        finally:
+            assert sidecar.stop() == 0
+    assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
+    raw = redis.Redis.from_url(own_redis.url)
+    entries = raw.xrange("orders")
+    raw.close()
+    assert [set(fields) for _, fields in entries] == [{b"data"}] * ORDERS  # daprd's layout
+    event = json.loads(entries[0][1][b"data"])
+    assert (event["topic"], event["pubsubname"]) == ("orders", "orderpubsub")
 
 
 def test_component_metadata_maps_onto_the_driver() -> None:
