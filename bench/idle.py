@@ -16,7 +16,12 @@ server (``INFO commandstats``, including those a script runs inside Redis and th
 refreshes, in ``calls_per_min_per_queue``); receive calls are the claim scripts
 (``evalsha``) and the blocking waits (``xread``); pickup is timed from XADD to the app.
 
-    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60]
+rabbitmq (``--driver rabbitmq``, a private rabbitmq-server): the CLI sidecar with three empty
+queues, as for local; an idle wait is one consumer per queue per 20 s (basic.get, qos,
+consume, cancel on a fresh channel), counted from ``priority_pubsub_receive_calls_total``.
+
+    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60] [--driver redis]
+        [--driver rabbitmq]
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 
 import uvloop
 
-from bench.brokers import Broker, LocalBroker, RedisBroker, SqsBroker
+from bench.brokers import Broker, LocalBroker, RabbitBroker, RedisBroker, SqsBroker
 from bench.common import (
     AppProcess,
     CliSidecar,
@@ -45,7 +50,7 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from priority_pubsub.drivers.base import Driver, DriverContext
+from priority_pubsub.drivers.base import Driver, DriverContext, Publisher
 from priority_pubsub.drivers.local import LocalDriver, LocalOptions
 from priority_pubsub.plugins import build_driver
 from priority_pubsub.sidecar import Sidecar
@@ -98,6 +103,19 @@ async def pickup_times(app: AppProcess, publish: Any, trials: int) -> list[float
                 break
             await asyncio.sleep(0.01)
     return times
+
+
+def summary(elapsed: float, receives: float, pickups: list[float],
+            **cpu_percent: float) -> dict[str, Any]:
+    """One driver's idle result: calls per minute per queue, CPU, pickup times."""
+    return {
+        "window_s": round(elapsed, 1),
+        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
+        **{key: rounded(value, 3) for key, value in cpu_percent.items()},
+        "pickup_s": [rounded(p, 3) for p in pickups],
+        "pickup_median_s": rounded(median(pickups), 3),
+        "pickup_max_s": rounded(max(pickups) if pickups else None, 3),
+    }
 
 
 async def local_idle(args: argparse.Namespace) -> dict[str, Any]:
@@ -162,17 +180,48 @@ async def inprocess_idle(
     await running
     made = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     per_queue = 60 / elapsed / len(QUEUES)
+    receives = sum(v for k, v in made.items() if receive_calls is None or k in receive_calls)
     return {
-        "window_s": round(elapsed, 1),
-        "receive_calls_per_min_per_queue": rounded(sum(
-            v for k, v in made.items() if receive_calls is None or k in receive_calls
-        ) * per_queue, 2),
+        **summary(elapsed, receives, pickups, process_cpu_percent_in_process=cpu_pct),
         "calls_per_min_per_queue": {k: rounded(v * per_queue, 2) for k, v in made.items() if v},
-        "process_cpu_percent_in_process": rounded(cpu_pct, 3),
-        "pickup_s": [rounded(p, 3) for p in pickups],
-        "pickup_median_s": rounded(median(pickups), 3),
-        "pickup_max_s": rounded(max(pickups) if pickups else None, 3),
     }
+
+
+async def rabbit_idle(args: argparse.Namespace) -> dict[str, Any]:
+    with temp_dir("idle-rabbit") as directory, AppProcess(record=True) as app:
+        broker = RabbitBroker(directory)
+        try:
+            await broker.create(QUEUES)
+            config = raw_config(directory, broker.driver_config(), QUEUES, app_url=app.url,
+                                concurrency=4)
+            sidecar = CliSidecar(directory, config)
+            try:
+                sidecar.wait_ready()
+                await asyncio.sleep(2)
+                calls = sidecar.metric_sum("priority_pubsub_receive_calls_total")
+                cpu, started = proc_cpu_s(sidecar.pid), time.monotonic()
+                await asyncio.sleep(args.window_s)
+                elapsed = time.monotonic() - started
+                cpu_pct = (proc_cpu_s(sidecar.pid) - cpu) / elapsed * 100
+                receives = sidecar.metric_sum("priority_pubsub_receive_calls_total") - calls
+                settings = make_settings(directory, broker.driver_config(), ["high"],
+                                         app_url=app.url, concurrency=1)
+                publisher = build_driver(settings)
+                await publisher.start()
+                try:
+                    assert isinstance(publisher, Publisher)
+
+                    async def publish(i: int) -> str:
+                        return await publisher.publish("high", sample_body(i))
+
+                    pickups = await pickup_times(app, publish, args.trials)
+                finally:
+                    await publisher.close()
+            finally:
+                sidecar.stop()
+        finally:
+            await broker.close()
+    return summary(elapsed, receives, pickups, idle_cpu_percent=cpu_pct)
 
 
 async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
@@ -239,18 +288,19 @@ async def redis_idle(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    runs = {"local": local_idle, "sqs": sqs_idle, "redis": redis_idle, "rabbitmq": rabbit_idle}
     out: dict[str, Any] = {}
     for name in args.driver:
         log(f"idle: {name} ...")
-        runner = {"local": local_idle, "sqs": sqs_idle, "redis": redis_idle}[name]
-        out[name] = await runner(args)
+        out[name] = await runs[name](args)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--driver", action="append", choices=["local", "sqs", "redis"])
+    parser.add_argument("--driver", action="append",
+                        choices=["local", "sqs", "redis", "rabbitmq"])
     parser.add_argument("--window-s", type=float, default=30)
     parser.add_argument("--sqs-window-s", type=float, default=60,
                         help="SQS long polls last 20 s: use a multiple of it")

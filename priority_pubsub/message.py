@@ -71,6 +71,6 @@ class Message:
     content_type: str | None = None
     received_ms: int = field(default_factory=now_ms)
     defect: str | None = None
-    """Set by a driver that could not read the message as the broker's layout says (e.g. a
-    Redis stream entry without ``data``): it is dead-lettered with this reason, never
-    delivered, never retried."""
+    """Why the message cannot be delivered as received (a driver found it malformed: a bad
+    header, a missing field, a Redis stream entry without ``data``). The worker dead-letters
+    it with this reason, never delivers or retries it."""

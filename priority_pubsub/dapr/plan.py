@@ -90,6 +90,7 @@ def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
     warnings += [f"{component.source}: Component {component.name}: metadata {key} is read but "
                  "not honoured by priority-pubsub" for key in context.metadata
                  if key not in mapped.honoured]
+    warnings += mapped.warnings
     warnings += _other_warnings(manifests, subscriptions, dapr)
     by_topic = {s.topic: s for s in subscriptions}
     topics = ordered_topics(subscriptions, dapr.priorities)

@@ -42,6 +42,7 @@ SAMPLE_SECRETS = {
     ),
     "PRIORITY_PUBSUB_APP__API_TOKEN": "sample-token-4f9c",
     "PRIORITY_PUBSUB_DRIVER__PASSWORD": "sample-redis-password-7d1e",
+    "PRIORITY_PUBSUB_DRIVER__URL": "amqp://big-server:s3cret-4f9c@rabbitmq:5672/",
 }
 EXAMPLES_BY_NAME = {p.name.removesuffix("-values.yaml"): p for p in EXAMPLES}
 DEPLOYMENT_EXAMPLES = [
@@ -140,6 +141,9 @@ def test_rendered_config_is_accepted(
         secret = settings.driver.options()["connection_string"]  # validated: a SecretStr
         expected = SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING"]
         assert secret.get_secret_value() == expected
+    if "PRIORITY_PUBSUB_DRIVER__URL" in names:
+        url = settings.driver.options()["url"]  # validated: a SecretUrl
+        assert url.get_secret_value() == SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__URL"]
 
 
 def test_default_values_config_is_accepted(

@@ -94,10 +94,10 @@ the config at start-up; these are the mistakes that only show in Kubernetes.
 {{- fail "config.driver.password: keep secrets out of values; set secrets.existingSecret and secrets.passwordKey" }}
 {{- end }}
 {{- if and $driver.url (contains ":" (urlParse (toString $driver.url)).userinfo) }}
-{{- fail "config.driver.url: keep secrets out of values (the URL has a password); set secrets.existingSecret and secrets.passwordKey" }}
+{{- fail "config.driver.url: keep secrets out of values (the URL has a password); set secrets.existingSecret and secrets.urlKey (the whole URL) or, for redis, secrets.passwordKey" }}
 {{- end }}
-{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.apiTokenKey .Values.secrets.passwordKey) (not .Values.secrets.existingSecret) }}
-{{- fail "secrets.existingSecret is required when secrets.connectionStringKey, secrets.passwordKey or secrets.apiTokenKey is set" }}
+{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.urlKey .Values.secrets.apiTokenKey .Values.secrets.passwordKey) (not .Values.secrets.existingSecret) }}
+{{- fail "secrets.existingSecret is required when secrets.connectionStringKey, secrets.urlKey, secrets.passwordKey or secrets.apiTokenKey is set" }}
 {{- end }}
 {{- end }}
 

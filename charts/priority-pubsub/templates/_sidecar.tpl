@@ -49,6 +49,11 @@ roll the pods when the config changes.
       valueFrom:
         secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .passwordKey | quote }}}
     {{- end }}
+    {{- if .urlKey }}
+    - name: PRIORITY_PUBSUB_DRIVER__URL
+      valueFrom:
+        secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .urlKey | quote }}}
+    {{- end }}
     {{- if .apiTokenKey }}
     - name: PRIORITY_PUBSUB_APP__API_TOKEN
       valueFrom:

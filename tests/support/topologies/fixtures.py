@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tests.support.servicebus import ServiceBusBroker
     from tests.support.topologies.azure import ServiceBusTopology
     from tests.support.topologies.gcp import PubSubTopology
+    from tests.support.topologies.rabbitmq import RabbitTopology
     from tests.support.topologies.redis import RedisTopology
     from tests.support.topologies.sqs import SqsTopology
 
@@ -60,6 +61,15 @@ def servicebus_topology(servicebus_broker: ServiceBusBroker) -> Iterator[Service
     from tests.support.topologies.azure import ServiceBusTopology
 
     topology = ServiceBusTopology(servicebus_broker)
+    yield topology
+    topology.close()
+
+
+@pytest.fixture
+def rabbitmq_topology(rabbitmq_url: str) -> Iterator[RabbitTopology]:
+    from tests.support.topologies.rabbitmq import RabbitTopology
+
+    topology = RabbitTopology(rabbitmq_url)
     yield topology
     topology.close()
 
