@@ -11,6 +11,11 @@ sqs (``--driver sqs``, ministack): an in-process sidecar with three empty queues
 ReceiveMessage is counted by a botocore ``before-call`` hook on the driver's client; pickup is
 timed from SendMessage (by this process) to the app.
 
+redis (``--driver redis``, a redis-server of its own): the same, every command counted by the
+server (``INFO commandstats``, including those a script runs inside Redis and the depth
+refreshes, in ``calls_per_min_per_queue``); receive calls are the claim scripts
+(``evalsha``) and the blocking waits (``xread``); pickup is timed from XADD to the app.
+
 rabbitmq (``--driver rabbitmq``, a private rabbitmq-server): the CLI sidecar with three empty
 queues, as for local; an idle wait is one consumer per queue per 20 s (basic.get, qos,
 consume, cancel on a fresh channel), counted from ``priority_pubsub_receive_calls_total``.
@@ -20,7 +25,8 @@ queues) whose app process stops while 20 messages wait on the high queue; every
 ``driver.receive`` call per queue is counted over the outage, with the messages handed back
 (the app never saw them), and the time from the app's return to the last delivery.
 
-    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60] [--driver rabbitmq]
+    python -m bench.idle --window-s 30 [--driver sqs --sqs-window-s 60] [--driver redis]
+        [--driver rabbitmq]
         [--outage-s 60]
 """
 
@@ -29,13 +35,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from bench.brokers import Broker, LocalBroker, RabbitBroker, SqsBroker
+from bench.brokers import Broker, LocalBroker, RabbitBroker, RedisBroker, SqsBroker
 from bench.common import (
     AppProcess,
     CliSidecar,
@@ -50,7 +56,7 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from priority_pubsub.drivers.base import DriverContext, Publisher
+from priority_pubsub.drivers.base import Driver, DriverContext, Publisher
 from priority_pubsub.drivers.local import LocalDriver, LocalOptions
 from priority_pubsub.plugins import build_driver
 from priority_pubsub.sidecar import Sidecar
@@ -155,42 +161,36 @@ async def local_idle(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
-    with temp_dir("idle-sqs") as directory, AppProcess(record=True) as app:
-        broker = SqsBroker(directory)
-        try:
-            await broker.create(QUEUES)
-            settings = make_settings(directory, broker.driver_config(), QUEUES,
-                                     app_url=app.url, concurrency=4)
-            driver = build_driver(settings)
-            counts = {"n": 0}
-
-            def count(**_: Any) -> None:
-                counts["n"] += 1
-
-            client = driver._api.sqs  # type: ignore[attr-defined]
-            client.meta.events.register("before-call.sqs.ReceiveMessage", count)
-            sidecar = Sidecar(settings, driver=driver)
-            running = asyncio.create_task(sidecar.run(handle_signals=False))
-            await asyncio.sleep(3)
-            before, cpu, started = counts["n"], time.process_time(), time.monotonic()
-            await asyncio.sleep(args.sqs_window_s)
-            elapsed = time.monotonic() - started
-            receives = counts["n"] - before
-            cpu_pct = (time.process_time() - cpu) / elapsed * 100
-            url = broker.client.get_queue_url(QueueName="high")["QueueUrl"]
-
-            async def publish(i: int) -> str:
-                answer = await asyncio.to_thread(broker.client.send_message, QueueUrl=url,
-                                                 MessageBody=sample_body(i).decode())
-                return str(answer["MessageId"])
-
-            pickups = await pickup_times(app, publish, args.trials)
-            sidecar.request_stop()
-            await running
-        finally:
-            await broker.close()
-    return summary(elapsed, receives, pickups, process_cpu_percent_in_process=cpu_pct)
+async def inprocess_idle(
+    broker: Broker, directory: Path, app: AppProcess, window_s: float, trials: int,
+    attach_counter: Callable[[Driver], Callable[[], Awaitable[dict[str, int]]]],
+    publish: Callable[[int], Awaitable[str]], receive_calls: frozenset[str] | None = None,
+) -> dict[str, Any]:
+    """An in-process sidecar on three empty queues of ``broker``: broker calls counted by
+    ``attach_counter`` over the window, this process's CPU, then pickup times (the caller
+    creates the queues)."""
+    settings = make_settings(directory, broker.driver_config(), QUEUES,
+                             app_url=app.url, concurrency=4)
+    driver = build_driver(settings)
+    calls = attach_counter(driver)
+    sidecar = Sidecar(settings, driver=driver)
+    running = asyncio.create_task(sidecar.run(handle_signals=False))
+    await asyncio.sleep(3)
+    before, cpu, started = await calls(), time.process_time(), time.monotonic()
+    await asyncio.sleep(window_s)
+    elapsed = time.monotonic() - started
+    after = await calls()
+    cpu_pct = (time.process_time() - cpu) / elapsed * 100
+    pickups = await pickup_times(app, publish, trials)
+    sidecar.request_stop()
+    await running
+    made = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    per_queue = 60 / elapsed / len(QUEUES)
+    receives = sum(v for k, v in made.items() if receive_calls is None or k in receive_calls)
+    return {
+        **summary(elapsed, receives, pickups, process_cpu_percent_in_process=cpu_pct),
+        "calls_per_min_per_queue": {k: rounded(v * per_queue, 2) for k, v in made.items() if v},
+    }
 
 
 async def rabbit_idle(args: argparse.Namespace) -> dict[str, Any]:
@@ -230,6 +230,69 @@ async def rabbit_idle(args: argparse.Namespace) -> dict[str, Any]:
     return summary(elapsed, receives, pickups, idle_cpu_percent=cpu_pct)
 
 
+async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
+    """Every ReceiveMessage counted by a botocore ``before-call`` hook on the driver's client."""
+    with temp_dir("idle-sqs") as directory, AppProcess(record=True) as app:
+        broker = SqsBroker(directory)
+        try:
+            counts = {"ReceiveMessage": 0}
+
+            def attach(driver: Driver) -> Callable[[], Awaitable[dict[str, int]]]:
+                def count(**_: Any) -> None:
+                    counts["ReceiveMessage"] += 1
+
+                client = driver._api.sqs  # type: ignore[attr-defined]
+                client.meta.events.register("before-call.sqs.ReceiveMessage", count)
+
+                async def now() -> dict[str, int]:
+                    return dict(counts)
+
+                return now
+
+            await broker.create(QUEUES)
+            url = broker.client.get_queue_url(QueueName="high")["QueueUrl"]
+
+            async def publish(i: int) -> str:
+                answer = await asyncio.to_thread(broker.client.send_message, QueueUrl=url,
+                                                 MessageBody=sample_body(i).decode())
+                return str(answer["MessageId"])
+
+            return await inprocess_idle(broker, directory, app, args.sqs_window_s, args.trials,
+                                        attach, publish)
+        finally:
+            await broker.close()
+
+
+async def redis_idle(args: argparse.Namespace) -> dict[str, Any]:
+    """Every command the sidecar sends, counted by the server itself (``INFO commandstats``
+    of a redis-server of its own, less the commands this counting sends)."""
+    with temp_dir("idle-redis") as directory, AppProcess(record=True) as app:
+        broker = RedisBroker(directory)
+        try:
+            def attach(_: Driver) -> Callable[[], Awaitable[dict[str, int]]]:
+                async def now() -> dict[str, int]:
+                    stats = await broker.client.info("commandstats")
+                    counted = {name.removeprefix("cmdstat_"): int(value["calls"])
+                               for name, value in stats.items()}
+                    counted["info"] = 0  # this counter's own calls
+                    return counted
+
+                return now
+
+            await broker.create(QUEUES)
+
+            async def publish(i: int) -> str:
+                entry = await broker.client.xadd("high", {"data": sample_body(i)})
+                return str(entry.decode())
+
+            # receive calls = the claim script and the blocking wait (the commands a script
+            # runs inside Redis are in the breakdown, as are the depth refreshes)
+            return await inprocess_idle(broker, directory, app, args.window_s, args.trials,
+                                        attach, publish, frozenset({"evalsha", "xread"}))
+        finally:
+            await broker.close()
+
+
 OUTAGE_BACKLOG = 20
 
 
@@ -246,7 +309,7 @@ async def outage_cost(name: str, outage_s: float) -> dict[str, Any]:
     waiting; messages handed back; seconds from the app's return to the last delivery."""
     with temp_dir(f"outage-{name}") as directory:
         brokers: dict[str, type[Broker]] = {
-            "local": LocalBroker, "sqs": SqsBroker, "rabbitmq": RabbitBroker}
+            "local": LocalBroker, "sqs": SqsBroker, "rabbitmq": RabbitBroker, "redis": RedisBroker}
         broker = brokers[name](directory)
         app = AppProcess()
         try:
@@ -293,7 +356,7 @@ async def outage_cost(name: str, outage_s: float) -> dict[str, Any]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    runs = {"local": local_idle, "sqs": sqs_idle, "rabbitmq": rabbit_idle}
+    runs = {"local": local_idle, "sqs": sqs_idle, "redis": redis_idle, "rabbitmq": rabbit_idle}
     out: dict[str, Any] = {}
     for name in args.driver:
         log(f"idle: {name} ...")
@@ -307,7 +370,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--driver", action="append", choices=["local", "sqs", "rabbitmq"])
+    parser.add_argument("--driver", action="append",
+                        choices=["local", "sqs", "redis", "rabbitmq"])
     parser.add_argument("--window-s", type=float, default=30)
     parser.add_argument("--sqs-window-s", type=float, default=60,
                         help="SQS long polls last 20 s: use a multiple of it")

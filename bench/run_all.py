@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import EMULATOR, MINISTACK, RabbitBroker
+from bench.brokers import EMULATOR, MINISTACK, RabbitBroker, RedisBroker
 from bench.common import format_table, machine_info
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +36,9 @@ def plan(big: bool, cloud: bool) -> list[tuple[str, list[str]]]:
     if cloud and EMULATOR.exists():
         runs.append(("throughput", ["--driver", "gcp_pubsub", "--messages",
                                     "3000" if big else "600", "--rounds", "1", "--wrk-s", "0"]))
+    if RedisBroker.available():
+        runs.append(("throughput", ["--driver", "redis", "--messages", "4000" if big else "2000",
+                                    "--rounds", rounds, "--wrk-s", "0"]))
     if RabbitBroker.available():
         runs.append(("throughput", ["--driver", "rabbitmq", "--messages",
                                     "3000" if big else "1000", "--rounds", "1", "--wrk-s", "0"]))
@@ -62,6 +65,8 @@ def _idle_drivers(big: bool, cloud: bool) -> list[str]:
     if cloud and MINISTACK.exists():
         drivers.append("sqs")
         extra = ["--sqs-window-s", "120" if big else "60"]
+    if RedisBroker.available():
+        drivers.append("redis")
     if RabbitBroker.available():
         drivers.append("rabbitmq")
     if drivers == ["local"]:

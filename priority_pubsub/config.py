@@ -384,8 +384,10 @@ def _refuse_dapr_manifest(config_path: Path) -> None:
 
 # Secrets are text: dynaconf would parse a token of digits ("1234") as an int and "1e5" as a
 # float. Their environment values are taken verbatim instead.
-SECRET_KEYS = (("app", "api_token"), ("driver", "connection_string"), ("driver", "url"),
-               ("publish_api", "api_token"))
+SECRET_KEYS = (
+    ("app", "api_token"), ("driver", "connection_string"), ("driver", "url"),
+    ("driver", "password"), ("publish_api", "api_token"),
+)
 
 
 def _secrets_verbatim_from_env(settings: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ pytest_plugins = [
     "tests.support.pubsub_emulator",
     "tests.support.moto_server",
     "tests.support.rabbitmq_server",
+    "tests.support.redis_server",
     "tests.support.servicebus.fixtures",
     "tests.support.topologies.fixtures",
 ]

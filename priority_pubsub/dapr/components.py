@@ -190,7 +190,9 @@ def _load_builtin() -> None:
         return
     _BUILTIN_LOADED.append(True)
     from priority_pubsub.dapr.rabbitmq_kind import RabbitMQ
+    from priority_pubsub.dapr.redis_kind import RedisStreams
     from priority_pubsub.dapr.snssqs import SnsSqs
 
-    for kind in (SnsSqs(), GcpPubSub(), ServiceBusTopics(), ServiceBusQueues(), RabbitMQ()):
+    for kind in (SnsSqs(), GcpPubSub(), ServiceBusTopics(), ServiceBusQueues(), RedisStreams(),
+                 RabbitMQ()):
         _KINDS.setdefault(kind.type, kind)  # a kind registered earlier replaces the built-in

@@ -71,7 +71,7 @@ def check_custom_resource(doc: Doc) -> None:
         assert spec["triggers"], "a ScaledObject needs at least one trigger"
         for trigger in spec["triggers"]:
             assert trigger["type"] in {"aws-sqs-queue", "gcp-pubsub", "azure-servicebus",
-                                       "rabbitmq"}
+                                       "redis-streams", "rabbitmq"}
             # KEDA rejects non-string metadata values.
             bad = {k: v for k, v in trigger["metadata"].items() if not isinstance(v, str)}
             assert not bad, f"non-string KEDA metadata: {bad}"

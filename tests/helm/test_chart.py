@@ -51,7 +51,7 @@ def _pod_spec(docs: list[Doc]) -> Doc:
 
 
 def test_every_driver_has_an_example() -> None:
-    assert {"local", "sqs", "gcp_pubsub", "azure_servicebus"} <= set(EXAMPLE_IDS)
+    assert {"local", "sqs", "gcp_pubsub", "azure_servicebus", "redis"} <= set(EXAMPLE_IDS)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=EXAMPLE_IDS)
@@ -172,6 +172,10 @@ def test_config_change_rolls_the_pods(helm: Helm) -> None:
         ("azure_servicebus", "azure-servicebus",
          {"queueName": "tasks-high", "messageCount": "4",
           "connectionFromEnv": "PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING"}),
+        ("redis", "redis-streams",
+         {"address": "redis-master.data.svc.cluster.local:6380", "stream": "tasks-high",
+          "consumerGroup": "big-server", "lagCount": "4", "databaseIndex": "0",
+          "enableTLS": "true", "passwordFromEnv": "PRIORITY_PUBSUB_DRIVER__PASSWORD"}),
     ],
 )
 def test_keda_scales_on_the_highest_priority_queue(
@@ -185,11 +189,12 @@ def test_keda_scales_on_the_highest_priority_queue(
     assert trigger["metadata"] == expected
     # KEDA owns the replica count.
     assert "replicas" not in one(docs, "Deployment")["spec"]
-    if "connectionFromEnv" in expected:
+    from_env = expected.get("connectionFromEnv") or expected.get("passwordFromEnv")
+    if from_env:
         container = scaled["scaleTargetRef"]["envSourceContainerName"]
         env = {e["name"] for e in sidecar_container(_pod_spec(docs))["env"]}
         assert container == SIDECAR
-        assert expected["connectionFromEnv"] in env
+        assert from_env in env
 
 
 def test_keda_sqs_uses_the_configured_queue_url(helm: Helm) -> None:
@@ -231,6 +236,8 @@ def test_service_monitor_finds_the_metrics_port(helm: Helm) -> None:
         (["config.server.host=127.0.0.1"], "use 0.0.0.0"),
         (["config.app.api_token=abc"], "keep secrets out of values"),
         (["config.driver.connection_string=Endpoint=x"], "keep secrets out of values"),
+        (["config.driver.password=pw"], "keep secrets out of values"),
+        (["config.driver.url=redis://:pw@redis:6379/0"], "the URL has a password"),
         (["secrets.apiTokenKey=token"], "secrets.existingSecret is required"),
         (["keda.enabled=true"], "no KEDA scaler for driver"),
         (["mode=sidecar", "keda.enabled=true", "config.driver.type=sqs",

@@ -41,6 +41,7 @@ SAMPLE_SECRETS = {
         "SharedAccessKey=c2FtcGxlLWtleQ=="
     ),
     "PRIORITY_PUBSUB_APP__API_TOKEN": "sample-token-4f9c",
+    "PRIORITY_PUBSUB_DRIVER__PASSWORD": "sample-redis-password-7d1e",
     "PRIORITY_PUBSUB_DRIVER__URL": "amqp://big-server:s3cret-4f9c@rabbitmq:5672/",
 }
 EXAMPLES_BY_NAME = {p.name.removesuffix("-values.yaml"): p for p in EXAMPLES}

@@ -114,11 +114,14 @@ the config at start-up; these are the mistakes that only show in Kubernetes.
 {{- if $driver.connection_string }}
 {{- fail "config.driver.connection_string: keep secrets out of values; set secrets.existingSecret and secrets.connectionStringKey" }}
 {{- end }}
-{{- if and $driver.url (contains "@" (toString $driver.url)) }}
-{{- fail "config.driver.url: keep credentials out of values; set secrets.existingSecret and secrets.urlKey" }}
+{{- if $driver.password }}
+{{- fail "config.driver.password: keep secrets out of values; set secrets.existingSecret and secrets.passwordKey" }}
 {{- end }}
-{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.urlKey .Values.secrets.apiTokenKey) (not .Values.secrets.existingSecret) }}
-{{- fail "secrets.existingSecret is required when secrets.connectionStringKey, secrets.urlKey or secrets.apiTokenKey is set" }}
+{{- if and $driver.url (contains ":" (urlParse (toString $driver.url)).userinfo) }}
+{{- fail "config.driver.url: keep secrets out of values (the URL has a password); set secrets.existingSecret and secrets.urlKey (the whole URL) or, for redis, secrets.passwordKey" }}
+{{- end }}
+{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.urlKey .Values.secrets.apiTokenKey .Values.secrets.passwordKey) (not .Values.secrets.existingSecret) }}
+{{- fail "secrets.existingSecret is required when secrets.connectionStringKey, secrets.urlKey, secrets.passwordKey or secrets.apiTokenKey is set" }}
 {{- end }}
 {{- end }}
 

@@ -37,6 +37,16 @@ KEDA wants every metadata value as a string.
 {{- $_ := set $meta "messageCount" $target }}
 {{- with $driver.namespace }}{{ $_ := set $meta "namespace" (splitList "." . | first) }}{{ end }}
 {{- if .fromEnv }}{{ $_ := set $meta "connectionFromEnv" "PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING" }}{{ end }}
+{{- else if eq $driver.type "redis" }}
+{{- $type = "redis-streams" }}
+{{- $url := urlParse (toString (default "redis://127.0.0.1:6379/0" $driver.url)) }}
+{{- $_ := set $meta "address" $url.host }}
+{{- $_ := set $meta "stream" .queue }}
+{{- $_ := set $meta "consumerGroup" (default "priority-pubsub" $driver.group) }}
+{{- $_ := set $meta "lagCount" $target }}
+{{- with trimPrefix "/" $url.path }}{{ $_ := set $meta "databaseIndex" . }}{{ end }}
+{{- if eq $url.scheme "rediss" }}{{ $_ := set $meta "enableTLS" "true" }}{{ end }}
+{{- if .fromEnv }}{{ $_ := set $meta "passwordFromEnv" "PRIORITY_PUBSUB_DRIVER__PASSWORD" }}{{ end }}
 {{- else if eq $driver.type "rabbitmq" }}
 {{- $type = "rabbitmq" }}
 {{- /* the queue the sidecar reads: Dapr layout {consumer_id}-{topic}, native: one queue */}}
@@ -48,7 +58,7 @@ KEDA wants every metadata value as a string.
 {{- $_ := set $meta "value" $target }}
 {{- if .fromEnv }}{{ $_ := set $meta "hostFromEnv" "PRIORITY_PUBSUB_DRIVER__URL" }}{{ end }}
 {{- else }}
-{{- fail (printf "keda.enabled: no KEDA scaler for driver %q (sqs, gcp_pubsub, azure_servicebus, rabbitmq)" $driver.type) }}
+{{- fail (printf "keda.enabled: no KEDA scaler for driver %q (sqs, gcp_pubsub, azure_servicebus, redis, rabbitmq)" $driver.type) }}
 {{- end }}
 {{- $meta = mergeOverwrite $meta $root.Values.keda.metadata }}
 {{- if and (eq $type "aws-sqs-queue") (not $meta.awsRegion) }}

@@ -50,6 +50,11 @@ roll the pods when the config changes.
       valueFrom:
         secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .connectionStringKey | quote }}}
     {{- end }}
+    {{- if .passwordKey }}
+    - name: PRIORITY_PUBSUB_DRIVER__PASSWORD
+      valueFrom:
+        secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .passwordKey | quote }}}
+    {{- end }}
     {{- if .urlKey }}
     - name: PRIORITY_PUBSUB_DRIVER__URL
       valueFrom:
