@@ -287,12 +287,16 @@ def publish(
     )] = None,
 ) -> None:
     """Publish through the configured driver (body from --data, --file or stdin)."""
+    from priority_pubsub.cloudevent_check import cloudevent_problem
     from priority_pubsub.ops import publish_messages
 
     settings = _settings(config)
     if data is not None and file is not None:
         _fail("give --data or --file, not both", 2)
     body = _body(data, file)
+    problem = cloudevent_problem(body, content_type)
+    if problem is not None:
+        _fail(f"--content-type {content_type}: not a valid CloudEvent: {problem}", 2)
     attributes = _parse_attributes(attr or [])
     ids = _run_reporting(
         publish_messages(settings, queue, body, attributes, count, content_type, via_sns)

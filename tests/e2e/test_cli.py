@@ -65,6 +65,30 @@ def test_publish_from_data_stdin_and_file_with_attributes(tmp_path: Path) -> Non
     assert "--attr expects K=V" in bad.stderr
 
 
+def test_publish_refuses_an_invalid_cloudevent_in_one_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path, local_config(tmp_path, "http://127.0.0.1:1"))
+    kind = "application/cloudevents+json; charset=utf-8"
+    bad = {
+        b'{"specversion": "1.0", "id": "1", "source": "s"}': "type",
+        b'{"specversion": "0.9", "id": "1", "source": "s", "type": "t"}': "specversion",
+        b"[1, 2]": "not an object",
+        b"{not json": "not JSON",
+    }
+    for body, why in bad.items():
+        result = cli("publish", "high", "--content-type", kind, config=config, input_bytes=body)
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "not a valid CloudEvent" in result.stderr
+        assert why in result.stderr
+    good = b'{"specversion": "1.0", "id": "1", "source": "s", "type": "t", "data": {"a": 1}}'
+    result = cli("publish", "high", "--content-type", kind, config=config, input_bytes=good)
+    assert result.returncode == 0, result.stderr
+    assert [r["body"] for r in queue_rows(tmp_path / "queues.db", "high")] == [good]  # only it
+    plain = cli("publish", "high", "--content-type", "application/json", "--data", "[1]",
+                config=config)  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+
+
 def test_publish_refuses_oversized_message_clearly(tmp_path: Path) -> None:
     config = local_config(tmp_path, "http://127.0.0.1:1")
     config["driver"]["max_message_bytes"] = 16
