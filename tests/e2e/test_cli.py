@@ -170,3 +170,35 @@ def test_driver_cross_field_checks_fail_check_offline_with_one_line(
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert expected in line, line
+
+
+def test_readme_hand_run_on_the_repo_config_with_the_sample_app(tmp_path: Path) -> None:
+    """The README's steps: the sample app on config.yaml's port, the sidecar on the repo's own
+    config.yaml (paths and ports moved into tmp_path), a publish, delivered and acked."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.e2e.helpers import journal_records, wait_until
+    from tests.support.sidecar import SidecarProcess
+
+    app_port = free_port()
+    config = yaml.safe_load((Path(__file__).parents[2] / "config.yaml").read_text())
+    config["driver"]["path"] = str(tmp_path / "queues.db")
+    config["journal"]["path"] = str(tmp_path / "journal")
+    config["app"]["url"] = f"http://127.0.0.1:{app_port}/tasks"
+    app = subprocess.Popen([sys.executable, "-m", "priority_pubsub.sample_app",
+                            "--port", str(app_port), "--task-ms", "10"])
+    sidecar = SidecarProcess(tmp_path, config)
+    try:
+        sidecar.wait_ready()
+        config_path = write_config(tmp_path, config, "published.yaml")
+        assert cli("publish", "tasks-high", "--data", '{"job": 1}',
+                   config=config_path).returncode == 0
+        wait_until(lambda: [r["outcome"] for r in journal_records(tmp_path / "journal")]
+                   == ["ack"])
+    finally:
+        assert sidecar.stop() == 0
+        app.terminate()
+        app.wait(10)
