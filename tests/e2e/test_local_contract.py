@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.e2e.helpers import (
@@ -91,18 +93,31 @@ def test_backoff_doubles_between_attempts(tmp_path: Path, app: RecordingApp) -> 
         assert delay - 0.05 <= gap <= delay + 0.6, gaps
 
 
-def test_app_unreachable_is_retried_then_dead_lettered(tmp_path: Path) -> None:
+def test_app_unreachable_is_waited_for_never_dead_lettered(tmp_path: Path) -> None:
+    """An app that never comes up costs nothing (issue #13): the start gate takes no message,
+    so the retry schedule (2 attempts, 0.1 s apart) cannot burn it; /readyz says why."""
     config = local_config(tmp_path, f"http://127.0.0.1:{free_port()}",
                           retry={"max_attempts": 2, "initial_delay_s": 0.1, "max_delay_s": 0.1})
     [message_id] = publish(write_config(tmp_path, config), "low", "plain text body")
     sidecar = SidecarProcess(tmp_path, config)
     try:
-        wait_until(lambda: queue_rows(tmp_path / "queues.db", "dead"), timeout_s=15)
+        wait_until(lambda: "app not reachable" in _readyz(sidecar), timeout_s=15)
+        time.sleep(3)  # 15x the whole retry schedule
+        assert "app not reachable" in _readyz(sidecar)
     finally:
         assert sidecar.stop() == 0
-    [dead] = queue_rows(tmp_path / "queues.db", "dead")
-    assert dead["id"] == message_id
-    assert "app unreachable" in dead["attributes"]["dead_letter_reason"]
+    assert queue_rows(tmp_path / "queues.db", "dead") == []
+    [waiting] = queue_rows(tmp_path / "queues.db", "low")
+    assert waiting["id"] == message_id
+    assert waiting["attempts"] == 0
+    assert not waiting["leased"]
+
+
+def _readyz(sidecar: SidecarProcess) -> str:
+    try:
+        return httpx.get(f"{sidecar.ops_url}/readyz", timeout=2).text
+    except httpx.HTTPError:
+        return ""
 
 
 def test_malformed_envelope_is_dead_lettered_with_reason_not_retried(
