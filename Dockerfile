@@ -15,7 +15,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # registry is reachable, scripts/image/build.sh passes a Debian base of the same release made
 # from Debian packages (python3 + venv; see README "Building the image").
 FROM ${PYTHON_IMAGE} AS build
-ARG EXTRAS="sqs,gcp,azure,tracing,dapr,grpc"
+ARG EXTRAS="sqs,gcp,azure,redis,tracing,dapr,grpc"
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1

@@ -1,16 +1,23 @@
 """Benchmark of the delivery report: records per second for generated journals (not a test).
 
     python -m bench.bench_report [--sizes 1000000,10000000] [--master local[*]] [--keep DIR]
+                                 [--event-log DIR]
 
 For each size, Spark itself writes a journal of that many records (one JSON line each, three
 priorities over 24 hours, realistic outcome mix and ~10 % second attempts), then the whole
-report runs on it and is timed (Spark start-up excluded: one session for all sizes). Prints
-one JSON document on stdout and a short table on stderr (``bench.common.emit``).
+report runs on it and is timed (Spark start-up excluded: one session for all sizes), and the
+reference row times DuckDB computing the report's core aggregates on the same files
+(``bench.duckdb_reference``, skipped if duckdb is not installed); ``ratio`` is Spark's time
+over DuckDB's. ``steps_s`` gives each report step's wall time; ``--event-log`` also keeps
+Spark's event log (every job is described ``report: <step>``, so its stages can be read per
+step in the Spark history server). Prints one JSON document on stdout and a short table on
+stderr (``bench.common.emit``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import tempfile
@@ -85,8 +92,11 @@ def bench(spark: SparkSession, n: int, work: Path) -> dict[str, Any]:
     journal = work / f"journal-{n}"
     generate_s = generate(spark, n, journal)
     size = sum(p.stat().st_size for p in journal.glob("part-*"))
-    summary = run_report(str(journal / "part-*"), str(work / f"report-{n}"), spark=spark)
+    files = str(journal / "part-*")
+    summary = run_report(files, str(work / f"report-{n}"), spark=spark)
     assert summary.lines.valid == n, summary.lines
+    reference = _reference(files, spark.sparkContext.defaultParallelism)
+    duck_s = reference["total_s"] if reference else None
     return {
         "records": n,
         "input_mb": round(size / 1e6, 1),
@@ -95,7 +105,23 @@ def bench(spark: SparkSession, n: int, work: Path) -> dict[str, Any]:
         "records_per_s": round(n / summary.elapsed_s),
         "messages": summary.messages,
         "workers_needed": summary.workers_needed,
+        "shuffle_partitions": summary.shuffle_partitions,
+        "steps_s": summary.steps_s,
+        "reference": reference,
+        "ratio_to_reference": round(summary.elapsed_s / duck_s, 1) if duck_s else None,
     }
+
+
+def _reference(files: str, threads: int) -> dict[str, Any] | None:
+    """DuckDB on the same files with as many threads as Spark has cores (None: no duckdb)."""
+    if importlib.util.find_spec("duckdb") is None:
+        log("duckdb is not installed: no reference row (pip install -e '.[dev]')")
+        return None
+    from bench.duckdb_reference import duckdb_reference
+
+    result = duckdb_reference(files, threads=threads)
+    assert result["records"] > 0, result
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,18 +130,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--keep", type=Path, help="write journals and reports here")
+    parser.add_argument("--event-log", type=Path, help="keep Spark's event log in this directory")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(args.master)
         .appName("priority-pubsub-bench")
         .config("spark.driver.memory", args.driver_memory)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    if args.event_log:
+        args.event_log.mkdir(parents=True, exist_ok=True)
+        builder = builder.config("spark.eventLog.enabled", "true").config(
+            "spark.eventLog.dir", str(args.event_log.absolute())
+        )
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
@@ -125,11 +157,25 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{n:,} records: {results[-1]['records_per_s']:,} records/s")
     spark.stop()
     rows = [
-        [r["records"], r["input_mb"], r["generate_s"], r["report_s"], r["records_per_s"]]
+        [
+            r["records"],
+            r["input_mb"],
+            r["generate_s"],
+            r["report_s"],
+            r["records_per_s"],
+            r["reference"]["total_s"] if r["reference"] else None,
+            r["ratio_to_reference"],
+        ]
         for r in results
     ]
-    headers = ["records", "input MB", "generate s", "report s", "records/s"]
-    emit("bench_report", {"master": args.master, "results": results}, headers, rows)
+    headers = ["records", "input MB", "generate s", "report s", "records/s", "duckdb s", "ratio"]
+    load = os.getloadavg()
+    emit(
+        "bench_report",
+        {"master": args.master, "load_average": [round(x, 2) for x in load], "results": results},
+        headers,
+        rows,
+    )
     return 0
 
 

@@ -1,4 +1,6 @@
-"""The brokers a benchmark can run against: local SQLite, SQS on ministack, Pub/Sub emulator.
+"""The brokers a benchmark can run against: local SQLite, SQS on ministack, Pub/Sub emulator,
+Redis Streams (a redis-server of its own), RabbitMQ (a private ``rabbitmq-server``, so other
+users of the machine's server neither slow the numbers nor see the queues).
 
 Each gives the ``driver:`` config for the sidecar, creates queues (the driver never does) and
 preloads messages through the fastest path it has, so preloading stays out of the timings.
@@ -10,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -120,6 +124,26 @@ class SqsBroker:
         self._log.close()
 
 
+class MotoSqsBroker(SqsBroker):
+    """moto in server mode (a dev dependency, always there): for counting calls, not speed."""
+
+    def __init__(self, directory: Path) -> None:
+        os.environ.update(AWS_ENV)
+        self.port = free_port()
+        self._log = (directory / "moto.log").open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        _wait_http(f"{self.endpoint_url}/moto-api/", self.process)
+        import boto3
+
+        self.client = boto3.client("sqs", endpoint_url=self.endpoint_url, region_name="us-east-1")
+        self._pool = ThreadPoolExecutor(8, thread_name_prefix="bench-sqs")
+
+
 class GcpBroker:
     """Google's Pub/Sub emulator; a queue is a subscription on a topic of the same name."""
 
@@ -182,9 +206,122 @@ class GcpBroker:
         self._log.close()
 
 
+class RedisBroker:
+    """A ``redis-server`` of its own on a free port (no persistence: the benchmark measures
+    the driver, not the disk); a queue is a stream, preloaded as daprd publishes
+    (``XADD stream * data <body>``), in pipelines."""
+
+    name = "redis"
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("redis-server") is not None
+
+    def __init__(self, directory: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server not found (apt-get install redis-server)")
+        self.port = free_port()
+        self._log = (directory / "redis.log").open("wb")
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(directory)],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        import redis
+
+        self.client = redis.asyncio.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        while not _listening(self.port):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                _stop_group(self.process)
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+
+    def driver_config(self) -> dict[str, Any]:
+        return {"type": "redis", "url": self.url}
+
+    async def create(self, queues: Sequence[str]) -> None:
+        return None  # the driver declares stream and group at start, as Dapr's does
+
+    async def preload(self, queue: str, count: int,
+                      body: Callable[[int], bytes] = sample_body) -> None:
+        for start in range(0, count, 1000):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for i in range(start, min(count, start + 1000)):
+                    pipe.xadd(queue, {"data": body(i)})
+                await pipe.execute()
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        _stop_group(self.process)
+        self._log.close()
+
+
+
+class RabbitBroker:
+    """A private ``rabbitmq-server`` on free ports (the test suite's launcher)."""
+
+    name = "rabbitmq"
+
+    @staticmethod
+    def available() -> bool:
+        from tests.support.rabbitmq_server import server_binary
+
+        return server_binary() is not None
+
+    def __init__(self, directory: Path) -> None:
+        from tests.support.rabbitmq_server import PrivateRabbit, server_binary
+
+        binary = server_binary()
+        if binary is None:
+            raise RuntimeError("rabbitmq-server is not installed")
+        (directory / "rabbitmq").mkdir()
+        self.server = PrivateRabbit(directory / "rabbitmq", consumer_timeout_ms=1_800_000)
+        self.server.start(binary)
+
+    def driver_config(self) -> dict[str, Any]:
+        return {"type": "rabbitmq", "url": self.server.url}
+
+    async def create(self, queues: Sequence[str]) -> None:
+        import aio_pika
+
+        connection = await aio_pika.connect(self.server.url)
+        async with connection:
+            channel = await connection.channel()
+            for queue in queues:
+                await channel.declare_queue(queue, durable=True)
+
+    async def preload(self, queue: str, count: int,
+                      body: Callable[[int], bytes] = sample_body) -> None:
+        import aio_pika
+
+        connection = await aio_pika.connect(self.server.url)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=True)
+            for start in range(0, count, 500):
+                await asyncio.gather(*(channel.default_exchange.publish(
+                    aio_pika.Message(body(i), delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                    routing_key=queue) for i in range(start, min(count, start + 500))))
+
+    async def close(self) -> None:
+        self.server.stop()
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        return True
+    return False
+
+
 def open_broker(name: str, directory: Path) -> Broker:
     brokers: dict[str, Callable[[Path], Broker]] = {
-        "local": LocalBroker, "sqs": SqsBroker, "gcp_pubsub": GcpBroker,
+        "local": LocalBroker, "sqs": SqsBroker, "gcp_pubsub": GcpBroker, "redis": RedisBroker,
+        "rabbitmq": RabbitBroker,
     }
     return brokers[name](directory)
 

@@ -51,8 +51,9 @@ def wait_for_port(port: int, timeout_s: float = 20.0) -> None:
 class AppProcess:
     """``bench.noop_app`` in its own process (uvicorn raw ASGI, uvloop, httptools)."""
 
-    def __init__(self, *, record: bool = False, delay_ms: float = 0.0) -> None:
-        self.port = free_port()
+    def __init__(self, *, record: bool = False, delay_ms: float = 0.0,
+                 port: int | None = None) -> None:
+        self.port = port or free_port()  # a port: "the same app" back after an outage
         command = [sys.executable, "-m", "bench.noop_app", "--port", str(self.port)]
         if record:
             command.append("--record")

@@ -47,6 +47,7 @@ class Probe:
     receive_calls: int = 0
     received_ns: dict[str, int] = field(default_factory=dict)
     by_queue: dict[str, int] = field(default_factory=dict)
+    acked_by_queue: dict[str, int] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def attach(self, driver: Driver) -> None:
@@ -70,6 +71,7 @@ class Probe:
         async def counted_ack(message: Message) -> None:
             await ack(message)
             self.acked += 1
+            self.acked_by_queue[message.queue] = self.acked_by_queue.get(message.queue, 0) + 1
             if self.acked >= self.target and not self.done.is_set():
                 self.last_s = time.perf_counter()
                 self.last_cpu_s = time.process_time()
@@ -176,9 +178,11 @@ async def naive_forwarder(settings: Settings, queue: str, count: int, concurrenc
 
 
 async def run_sidecar(settings: Settings, count: int, timeout_s: float,
-                      until: Callable[[Probe], bool] | None = None) -> Probe:
-    """Run the shipped sidecar until ``count`` messages are acked; return its probe."""
-    driver = build_driver(settings)
+                      until: Callable[[Probe], bool] | None = None,
+                      driver: Driver | None = None) -> Probe:
+    """Run the shipped sidecar until ``count`` messages are acked; return its probe.
+    ``driver``: one built (and adjusted) by the caller, else the settings' own."""
+    driver = driver or build_driver(settings)
     probe = Probe(count)
     probe.attach(driver)
     sidecar = Sidecar(settings, driver=driver)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import EMULATOR, MINISTACK
+from bench.brokers import EMULATOR, MINISTACK, RabbitBroker, RedisBroker
 from bench.common import format_table, machine_info
 
 HERE = Path(__file__).resolve().parent
@@ -36,18 +36,42 @@ def plan(big: bool, cloud: bool) -> list[tuple[str, list[str]]]:
     if cloud and EMULATOR.exists():
         runs.append(("throughput", ["--driver", "gcp_pubsub", "--messages",
                                     "3000" if big else "600", "--rounds", "1", "--wrk-s", "0"]))
+    if RedisBroker.available():
+        runs.append(("throughput", ["--driver", "redis", "--messages", "4000" if big else "2000",
+                                    "--rounds", rounds, "--wrk-s", "0"]))
+    if RabbitBroker.available():
+        runs.append(("throughput", ["--driver", "rabbitmq", "--messages",
+                                    "3000" if big else "1000", "--rounds", "1", "--wrk-s", "0"]))
     runs += [
         ("latency", ["--messages", "500" if big else "200", "--rounds", rounds]),
-        ("priority", ["--high", "300" if big else "150", "--rounds", rounds]),
-        ("idle", ["--window-s", "60" if big else "30",
-                  *(["--driver", "local", "--driver", "sqs", "--sqs-window-s",
-                     "120" if big else "60"] if cloud and MINISTACK.exists() else [])]),
+        ("priority", ["--high", "300" if big else "150", "--rounds", rounds,
+                      "--weighted-rounds", "3"]),
+        ("calls", ["--driver", "sqs", *(["--driver", "gcp_pubsub"] if cloud else []),
+                   "--messages", "600" if big else "400", "--concurrency", "16",
+                   "--rounds", "3"]),
+        ("idle", ["--window-s", "60" if big else "30", "--outage-s", "60",
+                  *_idle_drivers(big, cloud)]),
         ("footprint", ["--messages", "10000" if big else "5000"]),
         ("journal", ["--messages", "3000" if big else "1500", "--rounds", "3"]),
         ("publish_api", ["--messages", "4000" if big else "2000", "--concurrency", "16",
                          "--rounds", rounds if big else "3"]),
     ]
     return runs
+
+
+def _idle_drivers(big: bool, cloud: bool) -> list[str]:
+    drivers = ["local"]
+    extra: list[str] = []
+    if cloud and MINISTACK.exists():
+        drivers.append("sqs")
+        extra = ["--sqs-window-s", "120" if big else "60"]
+    if RedisBroker.available():
+        drivers.append("redis")
+    if RabbitBroker.available():
+        drivers.append("rabbitmq")
+    if drivers == ["local"]:
+        return []  # bench.idle's default
+    return [arg for driver in drivers for arg in ("--driver", driver)] + extra
 
 
 def run(name: str, args: list[str]) -> tuple[str, dict[str, Any]]:
@@ -105,6 +129,15 @@ def targets(results: list[tuple[str, str, dict[str, Any]]]) -> list[list[Any]]:
             rows.append(["high wait p50 ratio 10k/1k <= 1.1", value, _ok(1.1, value)])
             value = result["p99_ratio_big_over_small"]
             rows.append(["high wait p99 ratio 10k/1k <= 1.1", value, _ok(1.1, value)])
+        if name == "priority":
+            for queue, w in result.get("weighted", {}).items():
+                rows.append([f"weighted {queue}: share within 10 % of {w['weight_share']} "
+                             f"(95 % CI {w['ci95']})", w["measured_share"],
+                             "met" if w["within_10pct"] else "NOT met"])
+        if name == "calls" and "sqs" in result.get("drivers", {}):
+            value = result["drivers"]["sqs"]["batched_calls_per_message"]
+            rows.append(["SQS c=16 saturated <= 1.3 API calls per delivered message", value,
+                         _ok(1.3, value)])
         if name == "idle":
             for driver, r in result.get("drivers", {}).items():
                 if driver == "sqs":
@@ -115,6 +148,10 @@ def targets(results: list[tuple[str, str, dict[str, Any]]]) -> list[list[Any]]:
                 if "idle_cpu_percent" in r:
                     rows.append([f"{driver}: idle CPU < 1 %", r["idle_cpu_percent"],
                                  _ok(1.0, r["idle_cpu_percent"])])
+                if "outage" in r:
+                    value = r["outage"]["receive_calls_per_queue_max"]
+                    rows.append([f"{driver}: receive calls per queue in a 60 s app outage "
+                                 "<= 1", value, _ok(1, value)])
     return rows
 
 

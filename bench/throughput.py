@@ -55,7 +55,8 @@ from bench.loops import (
 )
 
 MODES = ("a", "b", "c", "d", "d3")
-DEFAULT_MESSAGES = {"local": 2000, "sqs": 300, "gcp_pubsub": 1000}
+DEFAULT_MESSAGES = {"local": 2000, "sqs": 300, "gcp_pubsub": 1000, "redis": 2000,
+                    "rabbitmq": 1000}
 
 
 async def run_mode(mode: str, broker: Broker, directory: Path, app: AppProcess,

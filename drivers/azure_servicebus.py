@@ -59,8 +59,10 @@ which needs Manage rights the sidecar should not hold), sessions.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime as dt
+import email.utils
 import functools
 import math
 import uuid
@@ -137,6 +139,35 @@ class SbLock:
 
 def _ms(value: dt.datetime | None) -> int | None:
     return None if value is None else int(value.timestamp() * 1000)
+
+
+def system_properties(sdk_message: Any) -> dict[str, str]:
+    """The message's system properties as daprd's Service Bus component puts them in the
+    metadata (components-contrib ``common/component/azure/servicebus/message_pubsub.go``
+    ``addMessageAttributesToMetadata``, key names from ``message.go``): strings set only when
+    non-empty (``SessionId`` whenever present), times in HTTP date format (RFC 1123, GMT),
+    ``DeliveryCount`` always and 1-based as Go's SDK counts it, ``LockToken`` as base64 of the
+    token's 16 wire bytes."""
+    found: dict[str, str] = {"DeliveryCount": str((sdk_message.delivery_count or 0) + 1)}
+    texts = {"MessageId": sdk_message.message_id, "CorrelationId": sdk_message.correlation_id,
+             "Label": sdk_message.subject, "ReplyTo": sdk_message.reply_to,
+             "To": sdk_message.to, "ContentType": sdk_message.content_type}
+    found.update({key: _text(value) for key, value in texts.items() if value})
+    if sdk_message.session_id is not None:
+        found["SessionId"] = _text(sdk_message.session_id)
+    if sdk_message.partition_key is not None:
+        found["PartitionKey"] = _text(sdk_message.partition_key)
+    if sdk_message.sequence_number is not None:
+        found["SequenceNumber"] = str(sdk_message.sequence_number)
+    times = {"EnqueuedTimeUtc": sdk_message.enqueued_time_utc,
+             "ScheduledEnqueueTimeUtc": sdk_message.scheduled_enqueue_time_utc,
+             "LockedUntilUtc": sdk_message.locked_until_utc}
+    found.update({key: email.utils.format_datetime(value.astimezone(dt.UTC), usegmt=True)
+                  for key, value in times.items() if value is not None})
+    token = sdk_message.lock_token
+    if token:  # the SDK shows the AMQP delivery tag as a UUID read little-endian
+        found["LockToken"] = base64.b64encode(uuid.UUID(str(token)).bytes_le).decode("ascii")
+    return found
 
 
 def _text(value: Any) -> str:
@@ -401,6 +432,7 @@ class ServiceBusDriver:
             enqueued_ms=int(enqueued) if enqueued else (_ms(sdk_message.enqueued_time_utc) or 0),
             lease=lock.lease,
             content_type=_text(content_type) if content_type else None,
+            broker_properties=system_properties(sdk_message),
         )
 
     # -- settle ----------------------------------------------------------------------------

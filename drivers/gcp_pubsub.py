@@ -33,6 +33,12 @@ Design choices, and why:
   or, when unset, the topic of the subscription's own dead-letter policy) with data and
   attributes kept and ``dead_letter_reason``/``dead_letter_source`` added, then acked. If the
   ack fails after the publish, the next delivery is dead-lettered again (at least once).
+* **Batched settles.** Acks (per subscription) and deadline changes (per subscription and
+  deadline: releases, retries with the same backoff, extensions) go through a
+  ``MicroBatcher``: a settle with no call of its kind in flight is sent at once, alone;
+  settles arriving while one is in flight go together (up to ``MAX_SETTLE_IDS`` ids) when it
+  returns. Nothing waits for a batch to fill. A grouped call that fails is repeated once per
+  id, so each message gets its own answer (acks and deadlines are idempotent).
 * **No queue depth.** Backlog sizes live in Cloud Monitoring (``num_undelivered_messages``),
   not in the Pub/Sub API (nor the emulator), so the driver is no ``DepthReporter``: ``stats``
   shows "unknown" and ``priority_pubsub_queue_depth`` is not exported for it.
@@ -46,7 +52,8 @@ import functools
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -70,6 +77,7 @@ from priority_pubsub.drivers.base import (
     map_errors,
     own_options,
 )
+from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.gcp_names import is_path, map_error, resource_path
 from priority_pubsub.errors import DriverError, MessageTooLarge
 from priority_pubsub.logs import get_logger
@@ -84,6 +92,8 @@ _routing_metadata: Callable[[Any], tuple[str, str]] = gapic_v1.routing_header.to
 
 MAX_ACK_DEADLINE_S = 600
 MAX_PULL_MESSAGES = 1000
+MAX_SETTLE_IDS = 100
+"""Ack ids per grouped acknowledge / modify_ack_deadline (Pub/Sub takes up to 2,500)."""
 MAX_MESSAGE_BYTES = 10_000_000
 PULL_DEADLINE_MARGIN_S = 1.0
 """The broker answers an empty long pull ~1 s before the gRPC deadline; give it that second."""
@@ -177,6 +187,13 @@ class PubSubDriver:
         self._topics: dict[str, str] = {}
         self._dead_letter_topic: str | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self.calls: Counter[str] = Counter()
+        """Settle RPCs made, by method (acknowledge, modify_ack_deadline)."""
+        # settles grouped per subscription (and deadline): see "Batched settles" above
+        self._acks: MicroBatcher[str, str] = MicroBatcher(self._send_acks, MAX_SETTLE_IDS)
+        self._modacks: MicroBatcher[tuple[str, int], str] = MicroBatcher(
+            self._send_modacks, MAX_SETTLE_IDS
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -206,6 +223,8 @@ class PubSubDriver:
     async def close(self) -> None:
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.options.call_timeout_s)
+        await self._acks.drain(self.options.call_timeout_s)
+        await self._modacks.drain(self.options.call_timeout_s)
         for client in (self._subscriber, self._publisher):
             if client is not None:
                 close: Callable[[], Awaitable[None]] = client.transport.close
@@ -338,14 +357,12 @@ class PubSubDriver:
 
     async def ack(self, message: Message) -> None:
         sub = self._live(message, "ack")
-        await self._call("ack", self._sub.acknowledge(
-            subscription=sub.path, ack_ids=[message.lease.token],
-            timeout=self.options.call_timeout_s), settling=True)
+        await self._acks.submit(sub.path, message.lease.token)
 
     async def retry(self, message: Message, delay_s: float) -> None:
         sub = self._live(message, "retry")
         delay = 0 if delay_s <= 0 else min(MAX_ACK_DEADLINE_S, math.ceil(delay_s))
-        await self._modack(sub, [message.lease.token], delay)
+        await self._modacks.submit((sub.path, delay), message.lease.token)
         message.lease.deadline_ms = now_ms()  # no longer ours once returned
 
     async def release(self, message: Message, delay_s: float = 0.0) -> None:
@@ -356,7 +373,7 @@ class PubSubDriver:
         sub = self._live(message, "extend", grace_ms=EXTEND_GRACE_MS)
         seconds = max(1, min(MAX_ACK_DEADLINE_S, math.ceil(duration_s)))
         started = now_ms()
-        await self._modack(sub, [message.lease.token], seconds)
+        await self._modacks.submit((sub.path, seconds), message.lease.token)
         message.lease.deadline_ms = started + seconds * 1000
 
     async def dead_letter(self, message: Message, reason: str) -> None:
@@ -378,9 +395,28 @@ class PubSubDriver:
         return sub
 
     async def _modack(self, sub: _Subscription, ack_ids: list[str], seconds: int) -> None:
+        await self._modack_path(sub.path, ack_ids, seconds)
+
+    async def _modack_path(self, path: str, ack_ids: Sequence[str], seconds: int) -> None:
+        self.calls["modify_ack_deadline"] += 1
         await self._call("modify_ack_deadline", self._sub.modify_ack_deadline(
-            subscription=sub.path, ack_ids=ack_ids, ack_deadline_seconds=seconds,
+            subscription=path, ack_ids=list(ack_ids), ack_deadline_seconds=seconds,
             timeout=self.options.call_timeout_s), settling=True)
+
+    async def _acknowledge(self, path: str, ack_ids: Sequence[str]) -> None:
+        self.calls["acknowledge"] += 1
+        await self._call("ack", self._sub.acknowledge(
+            subscription=path, ack_ids=list(ack_ids), timeout=self.options.call_timeout_s),
+            settling=True)
+
+    async def _send_acks(self, path: str, ack_ids: Sequence[str]) -> list[BaseException | None]:
+        return await _each_on_failure(ack_ids, lambda ids: self._acknowledge(path, ids))
+
+    async def _send_modacks(
+        self, key: tuple[str, int], ack_ids: Sequence[str]
+    ) -> list[BaseException | None]:
+        path, seconds = key
+        return await _each_on_failure(ack_ids, lambda ids: self._modack_path(path, ids, seconds))
 
     # -- optional abilities ----------------------------------------------------------------
 
@@ -439,3 +475,25 @@ class PubSubDriver:
     async def _call(self, doing: str, call: Awaitable[T], *, settling: bool = False) -> T:
         with _sdk_errors(doing, settling=settling):
             return await call
+
+
+async def _each_on_failure(
+    ack_ids: Sequence[str], call: Callable[[Sequence[str]], Awaitable[None]]
+) -> list[BaseException | None]:
+    """One call for all ``ack_ids``; if it fails and carried several, one call per id, so
+    each message gets its own answer (a refused id fails alone; the others are settled).
+    Acknowledging or re-setting a deadline twice is harmless, so the repeat cannot hurt."""
+    try:
+        await call(ack_ids)
+        return [None] * len(ack_ids)
+    except DriverError as exc:
+        if len(ack_ids) == 1:
+            return [exc]
+    results: list[BaseException | None] = []
+    for ack_id in ack_ids:
+        try:
+            await call([ack_id])
+            results.append(None)
+        except DriverError as exc:
+            results.append(exc)
+    return results

@@ -43,6 +43,14 @@ wakes one poll costs at most N-1 extra receives for the sweeps (the parked polls
 re-used, not re-issued) plus one ChangeMessageVisibilityBatch per message a parked poll
 catches with nobody waiting. ``calls`` counts every API call made, by action.
 
+Batched settles. Deletes (ack, and the delete after a dead letter's SendMessage) and
+visibility changes (retry, release, extend) go through a ``MicroBatcher`` per queue URL: a
+settle with no call of its kind in flight for its queue is sent at once, alone (DeleteMessage,
+ChangeMessageVisibility, as before); settles arriving while one is in flight go together as
+soon as it returns, in DeleteMessageBatch / ChangeMessageVisibilityBatch of up to ten. No
+settle waits for a batch to fill; each entry's failure is its own (a stale receipt handle is
+``LeaseLost`` for that message only, the others are settled).
+
 Short polls (``wait_s=0``) ask a subset of SQS's servers and can answer empty while a queue
 holds a few messages; the next concurrent long poll asks them all, so such a message waits
 at most one sweep. ``empty_poll_wait_s: 1`` makes every sweep a 1 s long poll instead (no
@@ -55,7 +63,7 @@ import asyncio
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
@@ -75,6 +83,7 @@ from priority_pubsub.drivers.base import (
     live_token,
     own_options,
 )
+from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.sqs_api import (
     MAX_BATCH,
     MAX_VISIBILITY_S,
@@ -203,6 +212,11 @@ class SqsDriver:
         self._parked: dict[str, _Poll] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
+        # settles grouped per queue URL: see "Batched settles" in the module docstring
+        self._deletes: MicroBatcher[str, str] = MicroBatcher(self._send_deletes, MAX_BATCH)
+        self._visibility: MicroBatcher[str, tuple[str, int]] = MicroBatcher(
+            self._send_visibility, MAX_BATCH
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -227,6 +241,8 @@ class SqsDriver:
             await asyncio.wait(running, timeout=self.options.close_wait_s)
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.options.close_wait_s)
+        await self._deletes.drain(self.options.close_wait_s)
+        await self._visibility.drain(self.options.close_wait_s)
         if self._executor is not None:
             self._executor.shutdown(wait=False)
         if not self._polls:  # a poll still running needs the client to release its catch
@@ -361,15 +377,12 @@ class SqsDriver:
 
     async def ack(self, message: Message) -> None:
         receipt = live_token(message, SqsReceipt, "ack")
-        await self._call("DeleteMessage", self._api.delete, receipt.queue_url, receipt.handle)
+        await self._deletes.submit(receipt.queue_url, receipt.handle)
 
     async def retry(self, message: Message, delay_s: float) -> None:
         receipt = live_token(message, SqsReceipt, "retry")
         seconds = whole_seconds(min(max(0.0, delay_s), self._visibility_left_s(message)))
-        await self._call(
-            "ChangeMessageVisibility", self._api.change_visibility,
-            receipt.queue_url, receipt.handle, seconds,
-        )
+        await self._visibility.submit(receipt.queue_url, (receipt.handle, seconds))
 
     async def release(self, message: Message, delay_s: float = 0.0) -> None:
         """As ``retry``: SQS cannot undo the receive count (``releases_count_as_attempts``)."""
@@ -388,10 +401,7 @@ class SqsDriver:
         if seconds < duration_s:
             log.warning("sqs.extend_clamped", message_id=message.id, seconds=seconds)
         started_ms = now_ms()
-        await self._call(
-            "ChangeMessageVisibility", self._api.change_visibility,
-            receipt.queue_url, receipt.handle, seconds,
-        )
+        await self._visibility.submit(receipt.queue_url, (receipt.handle, seconds))
         message.lease.deadline_ms = started_ms + seconds * 1000
 
     async def dead_letter(self, message: Message, reason: str) -> None:
@@ -411,7 +421,7 @@ class SqsDriver:
             ),
             self._url(self.context.dead_letter_queue), message.body.decode("utf-8"), attributes,
         )
-        await self._call("DeleteMessage", self._api.delete, receipt.queue_url, receipt.handle)
+        await self._deletes.submit(receipt.queue_url, receipt.handle)
 
     @staticmethod
     def _visibility_left_s(message: Message) -> float:
@@ -505,6 +515,26 @@ class SqsDriver:
         self.calls[action] += 1
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool(), functools.partial(fn, *args))
+
+    async def _send_deletes(self, url: str, handles: Sequence[str]) -> list[DriverError | None]:
+        """One delete call for what ``_deletes`` grouped: DeleteMessage when alone."""
+        if len(handles) == 1:
+            await self._call("DeleteMessage", self._api.delete, url, handles[0])
+            return [None]
+        return await self._call("DeleteMessageBatch", self._api.delete_batch, url, handles)
+
+    async def _send_visibility(
+        self, url: str, changes: Sequence[tuple[str, int]]
+    ) -> list[DriverError | None]:
+        """One visibility call for what ``_visibility`` grouped (retries, releases, extends)."""
+        if len(changes) == 1:
+            handle, seconds = changes[0]
+            await self._call("ChangeMessageVisibility", self._api.change_visibility, url,
+                             handle, seconds)
+            return [None]
+        return await self._call(
+            "ChangeMessageVisibilityBatch", self._api.change_visibility_batch, url, changes
+        )
 
     def _release_later(self, url: str, raw: list[MessageTypeDef]) -> None:
         """Return messages nobody will process, without making the caller wait."""

@@ -24,7 +24,9 @@ if TYPE_CHECKING:
     from types_boto3_sns import SNSClient
     from types_boto3_sqs import SQSClient
     from types_boto3_sqs.type_defs import (
+        BatchResultErrorEntryTypeDef,
         ChangeMessageVisibilityBatchRequestEntryTypeDef,
+        DeleteMessageBatchRequestEntryTypeDef,
         MessageAttributeValueTypeDef,
         MessageTypeDef,
     )
@@ -70,19 +72,10 @@ def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverE
     """
     if isinstance(exc, botocore.exceptions.ClientError):
         error = exc.response.get("Error", {})
-        code = str(error.get("Code", ""))
-        query_code = str(error.get("QueryErrorCode", ""))
-        text = f"SQS {action}: {code}: {error.get('Message', '')}".rstrip(": ")
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        if code in _UNAVAILABLE or query_code in _UNAVAILABLE or status >= 500:
-            return DriverUnavailable(text)
-        if code in _STALE_HANDLE or query_code in _STALE_HANDLE:
-            return LeaseLost(text)
-        if settling and code == "InvalidParameterValue" and "ReceiptHandle" in text:
-            return LeaseLost(text)  # AWS: "...parameter ReceiptHandle is invalid... expired"
-        if code in _NO_QUEUE or query_code in _NO_QUEUE:
-            return DriverError(f"SQS {action}: queue does not exist")
-        return DriverError(text)
+        return _classify(action, str(error.get("Code", "")), str(error.get("Message", "")),
+                         query_code=str(error.get("QueryErrorCode", "")),
+                         server_fault=status >= 500, settling=settling)
     if isinstance(exc, _TRANSPORT_ERRORS):
         return DriverUnavailable(f"SQS {action}: {exc}")
     if isinstance(exc, _SETUP_ERRORS):
@@ -92,6 +85,35 @@ def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverE
             "driver.region)"
         )
     return DriverError(f"SQS {action}: {type(exc).__name__}: {exc}")
+
+
+def _classify(action: str, code: str, message: str, *, query_code: str = "",
+              server_fault: bool, settling: bool) -> DriverError:
+    """One SQS error code (of a call, or of one entry of a batch call) as a project error."""
+    text = f"SQS {action}: {code}: {message}".rstrip(": ")
+    if code in _UNAVAILABLE or query_code in _UNAVAILABLE or server_fault:
+        return DriverUnavailable(text)
+    if code in _STALE_HANDLE or query_code in _STALE_HANDLE:
+        return LeaseLost(text)
+    if settling and code == "InvalidParameterValue" and "ReceiptHandle" in text:
+        return LeaseLost(text)  # AWS: "...parameter ReceiptHandle is invalid... expired"
+    if code in _NO_QUEUE or query_code in _NO_QUEUE:
+        return DriverError(f"SQS {action}: queue does not exist")
+    return DriverError(text)
+
+
+def entry_errors(
+    action: str, count: int, failed: Sequence[BatchResultErrorEntryTypeDef]
+) -> list[DriverError | None]:
+    """Per entry of a batch call whose entries were given ids "0".."count-1": its error, or
+    None when SQS did it. ``SenderFault: false`` is SQS's side, so worth another try."""
+    errors: list[DriverError | None] = [None] * count
+    for entry in failed:
+        errors[int(entry["Id"])] = _classify(
+            action, entry.get("Code", ""), entry.get("Message", ""),
+            server_fault=not entry.get("SenderFault", True), settling=True,
+        )
+    return errors
 
 
 def is_missing_queue(exc: botocore.exceptions.ClientError) -> bool:
@@ -177,6 +199,27 @@ class SqsApi:
             self.sqs.change_message_visibility(
                 QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=visibility_s
             )
+
+    def delete_batch(self, url: str, handles: Sequence[str]) -> list[DriverError | None]:
+        """One DeleteMessageBatch (at most ``MAX_BATCH``); each handle's own error or None."""
+        entries: list[DeleteMessageBatchRequestEntryTypeDef] = [
+            {"Id": str(n), "ReceiptHandle": h} for n, h in enumerate(handles)
+        ]
+        with wrapped("DeleteMessageBatch", settling=True):
+            answer = self.sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+        return entry_errors("DeleteMessageBatch", len(entries), answer.get("Failed", []))
+
+    def change_visibility_batch(
+        self, url: str, changes: Sequence[tuple[str, int]]
+    ) -> list[DriverError | None]:
+        """One ChangeMessageVisibilityBatch of (handle, seconds) pairs; each one's error."""
+        entries: list[ChangeMessageVisibilityBatchRequestEntryTypeDef] = [
+            {"Id": str(n), "ReceiptHandle": h, "VisibilityTimeout": seconds}
+            for n, (h, seconds) in enumerate(changes)
+        ]
+        with wrapped("ChangeMessageVisibilityBatch", settling=True):
+            answer = self.sqs.change_message_visibility_batch(QueueUrl=url, Entries=entries)
+        return entry_errors("ChangeMessageVisibilityBatch", len(entries), answer.get("Failed", []))
 
     def release(self, url: str, handles: Sequence[str]) -> list[str]:
         """Make messages visible at once, ten per call; returns the handles SQS refused."""

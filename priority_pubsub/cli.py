@@ -90,7 +90,9 @@ def _flags(ctx: typer.Context, **given: Any) -> DaprdFlags:
         app_max_concurrency=given["app_max_concurrency"],
         graceful_shutdown_s=given["dapr_graceful_shutdown_seconds"],
         log_level=given["log_level"],
-        disable_init_endpoints=list(given["disable_init_endpoints"] or []), health=health)
+        disable_init_endpoints=list(given["disable_init_endpoints"] or []), health=health,
+        dapr_http_port=given["dapr_http_port"], dapr_grpc_port=given["dapr_grpc_port"],
+        max_body_size=given["max_body_size"])
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -122,6 +124,9 @@ def run(
     dapr_graceful_shutdown_seconds: IntOption = None,
     log_level: StrOption = None,
     disable_init_endpoints: ListOption = None,
+    dapr_http_port: IntOption = None,
+    dapr_grpc_port: IntOption = None,
+    max_body_size: StrOption = None,
     enable_app_health_check: BoolOption = None,
     app_health_check_path: StrOption = None,
     app_health_probe_interval: IntOption = None,
@@ -206,6 +211,9 @@ def check(
     dapr_graceful_shutdown_seconds: IntOption = None,
     log_level: StrOption = None,
     disable_init_endpoints: ListOption = None,
+    dapr_http_port: IntOption = None,
+    dapr_grpc_port: IntOption = None,
+    max_body_size: StrOption = None,
     enable_app_health_check: BoolOption = None,
     app_health_check_path: StrOption = None,
     app_health_probe_interval: IntOption = None,
@@ -279,12 +287,16 @@ def publish(
     )] = None,
 ) -> None:
     """Publish through the configured driver (body from --data, --file or stdin)."""
+    from priority_pubsub.cloudevent_check import cloudevent_problem
     from priority_pubsub.ops import publish_messages
 
     settings = _settings(config)
     if data is not None and file is not None:
         _fail("give --data or --file, not both", 2)
     body = _body(data, file)
+    problem = cloudevent_problem(body, content_type)
+    if problem is not None:
+        _fail(f"--content-type {content_type}: not a valid CloudEvent: {problem}", 2)
     attributes = _parse_attributes(attr or [])
     ids = _run_reporting(
         publish_messages(settings, queue, body, attributes, count, content_type, via_sns)

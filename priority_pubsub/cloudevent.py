@@ -20,6 +20,9 @@ from priority_pubsub.transforms.base import Payload
 
 CLOUDEVENT_CONTENT_TYPE = "application/cloudevents+json"
 EVENT_TYPE = "com.priority-pubsub.message"
+DEFAULT_PUBSUB_NAME = "pubsub"
+"""``app.pubsub_name``'s default: the name native mode gives its one pub/sub."""
+PUBSUB_NAME_HEADER = "pubsubname"
 _REQUIRED = ("specversion", "id", "source", "type")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _UNSAFE_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
@@ -63,7 +66,8 @@ def _as_cloudevent(value: Any) -> dict[str, Any] | None:
 
 
 def wrap_cloudevent(
-    message: Message, payload: Payload, parsed: Any = _NOT_PARSED
+    message: Message, payload: Payload, parsed: Any = _NOT_PARSED, *,
+    pubsub_name: str = DEFAULT_PUBSUB_NAME,
 ) -> dict[str, Any]:
     """Wrap a body that is not a CloudEvent, the way Dapr wraps raw payloads.
 
@@ -75,26 +79,31 @@ def wrap_cloudevent(
     except json_text.JsonUnreadable:
         # Not JSON, or JSON beyond this parser (nesting, huge integers): the bytes go as
         # they are, so the app still gets the message and nothing is lost.
-        return _bytes_event(message, payload)
-    event = _envelope(message)
+        return _bytes_event(message, payload, pubsub_name)
+    event = _envelope(message, pubsub_name)
     event["data"] = data
     event["datacontenttype"] = payload.content_type or "application/json"
     return event
 
 
-def _envelope(message: Message) -> dict[str, Any]:
+def _envelope(message: Message, pubsub_name: str) -> dict[str, Any]:
+    """The wrapper's fields; ``topic`` (the queue) and ``pubsubname`` as daprd's envelope
+    carries them (components-contrib ``pubsub/envelope.go`` ``NewCloudEventsEnvelope``), the
+    same values the gRPC channel sends as ``TopicEventRequest.topic``/``pubsub_name``."""
     return {
         "specversion": "1.0",
         "id": message.id,
         "source": f"priority-pubsub/{message.queue}",
         "type": EVENT_TYPE,
         "time": _rfc3339(message.enqueued_ms),
+        "topic": message.queue,
+        "pubsubname": pubsub_name,
     }
 
 
-def _bytes_event(message: Message, payload: Payload) -> dict[str, Any]:
+def _bytes_event(message: Message, payload: Payload, pubsub_name: str) -> dict[str, Any]:
     """The body as ``data`` (``text/*`` that is UTF-8) or, losslessly, ``data_base64``."""
-    event = _envelope(message)
+    event = _envelope(message, pubsub_name)
     content_type = payload.content_type or "application/octet-stream"
     event["datacontenttype"] = content_type
     text = _as_text(payload.body) if content_type.startswith("text/") else None
@@ -106,12 +115,16 @@ def _bytes_event(message: Message, payload: Payload) -> dict[str, Any]:
 
 
 def build_request(
-    message: Message, payload: Payload, *, delivery: str, api_token: str
+    message: Message, payload: Payload, *, delivery: str, api_token: str,
+    pubsub_name: str = DEFAULT_PUBSUB_NAME,
 ) -> AppRequest:
-    """Body and headers for one attempt; ``delivery`` is ``cloudevent`` or ``raw``."""
+    """Body and headers for one attempt; ``delivery`` is ``cloudevent`` or ``raw``.
+    Every request carries the ``pubsubname`` header, as daprd's does (dapr
+    ``pkg/runtime/pubsub/subscriptions.go`` ``MetadataKeyPubSub``, sent lower-cased)."""
     parsed = _parse_object(payload.body)
     event = _as_cloudevent(parsed)
     headers, adjusted = metadata_headers(payload.attributes)
+    headers[PUBSUB_NAME_HEADER] = pubsub_name
     if api_token:
         headers["dapr-api-token"] = api_token
     if delivery == "raw":
@@ -120,13 +133,13 @@ def build_request(
             adjusted += _copy_trace_headers(event, headers)
         return AppRequest(payload.body, headers, event, adjusted)
     if event is None:
-        event = wrap_cloudevent(message, payload, parsed)
+        event = wrap_cloudevent(message, payload, parsed, pubsub_name=pubsub_name)
     adjusted += _copy_trace_headers(event, headers)
     headers["Content-Type"] = CLOUDEVENT_CONTENT_TYPE
     try:
         body = json_text.encode(_with_extensions(event, message))
     except json_text.JsonUnreadable:  # parsed, but too deep to write back: send the bytes
-        event = _with_extensions(_bytes_event(message, payload), message)
+        event = _with_extensions(_bytes_event(message, payload, pubsub_name), message)
         body = json_text.encode(event)
     return AppRequest(body, headers, event, adjusted)
 

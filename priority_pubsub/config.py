@@ -70,6 +70,41 @@ class DriverConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+class HealthConfig(_Strict):
+    """``app.health``: how the app's health is probed (as daprd's ``--app-health-*`` flags).
+
+    Without ``path`` the probe is a TCP connect to ``app.url``'s host and port; with it, an
+    HTTP GET of that path on the same host and port (not under ``app.url``'s path) that must
+    answer 2xx. While the app is up the probe runs every ``interval_s``; ``threshold`` failures
+    in a row mark it down. While it is down the probe runs every ``interval_s`` until it passes.
+    """
+
+    path: str | None = None
+    interval_s: float = Field(default=5, gt=0, le=3600)
+    timeout_s: float = Field(default=0.5, gt=0, le=60)
+    threshold: int = Field(default=3, ge=1, le=1000)
+
+    @field_validator("path")
+    @classmethod
+    def _absolute_path(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError("must start with '/'")
+        return value
+
+
+TCP_GATE = HealthConfig(interval_s=0.5, timeout_s=0.5, threshold=1)
+"""Without ``app.health``: a TCP connect, probed only while the app is down (before the first
+delivery and after a delivery could not connect), every 0.5 s as daprd waits for the port."""
+
+
+class CircuitBreakerConfig(_Strict):
+    """``app.circuit_breaker``: after ``consecutive_failures`` retriable failures in a row
+    (5xx, timeouts) deliveries stop for ``open_s``, then one message is let through."""
+
+    consecutive_failures: int = Field(default=5, ge=1, le=100_000)
+    open_s: float = Field(default=30, gt=0, le=86_400)
+
+
 class TransformEntry(BaseModel):
     """A transform with options: ``{name: s3_claim_check, bucket: B, ...}``; the options are
     validated by the transform's own ``options_model``."""
@@ -98,6 +133,21 @@ class AppConfig(_Strict):
     pubsub_name: str = Field(default="pubsub", min_length=1)
     """Native mode: the ``pubsubname`` the app sees (gRPC ``pubsub_name``) and the name the
     publish API answers to. Dapr mode uses the component's name."""
+    health: HealthConfig | None = None
+    """None: TCP connect gate only (see ``TCP_GATE``)."""
+    circuit_breaker: CircuitBreakerConfig | None = None
+    """None: no circuit breaker (daprd has none on the app channel unless configured)."""
+
+    @property
+    def health_probe(self) -> HealthConfig:
+        return self.health or TCP_GATE
+
+    @model_validator(mode="after")
+    def _health_path_is_http(self) -> AppConfig:
+        if self.is_grpc and self.health is not None and self.health.path is not None:
+            raise ValueError("app.health.path is for HTTP apps: a grpc:// app is probed with "
+                             "AppCallbackHealthCheck (leave path out)")
+        return self
 
     @field_validator("url")
     @classmethod
@@ -131,6 +181,9 @@ class RetryConfig(_Strict):
     max_attempts: int = Field(default=10, ge=1)
     initial_delay_s: float = Field(default=1, ge=0)
     max_delay_s: float = Field(default=600, ge=0)
+    max_uncounted_returns: int = Field(default=100, ge=0, le=1_000_000)
+    """How often one message may be handed back uncounted (app unreachable, paused, busy)
+    before such returns count toward ``retry.max_attempts``: no message cycles forever."""
 
     @model_validator(mode="after")
     def _ordered(self) -> RetryConfig:
@@ -331,8 +384,10 @@ def _refuse_dapr_manifest(config_path: Path) -> None:
 
 # Secrets are text: dynaconf would parse a token of digits ("1234") as an int and "1e5" as a
 # float. Their environment values are taken verbatim instead.
-SECRET_KEYS = (("app", "api_token"), ("driver", "connection_string"),
-               ("publish_api", "api_token"))
+SECRET_KEYS = (
+    ("app", "api_token"), ("driver", "connection_string"), ("driver", "url"),
+    ("driver", "password"), ("publish_api", "api_token"),
+)
 
 
 def _secrets_verbatim_from_env(settings: dict[str, Any]) -> None:

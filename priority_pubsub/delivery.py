@@ -71,10 +71,11 @@ class NativeDelivery:
                          for q in settings.queues}
         self._token = settings.app.api_token.get_secret_value()
         self._delivery = settings.app.delivery
+        self._pubsub_name = settings.app.pubsub_name
 
     def prepare(self, message: Message, payload: Payload) -> Prepared | Outcome:
         request = build_request(message, payload, delivery=self._delivery,
-                                api_token=self._token)
+                                api_token=self._token, pubsub_name=self._pubsub_name)
         if is_expired(request.event, datetime.now(UTC)):
             return Outcome.drop("expired: CloudEvent expiration has passed")
         return Prepared(self._routes[message.queue], request, self._targets[message.queue])

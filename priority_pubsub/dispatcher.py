@@ -4,7 +4,8 @@ Never takes more messages than free slots (no prefetch: another replica should g
 When every queue is empty it waits on all queues at once with the broker's own long poll /
 wake-up, so an idle sidecar costs almost nothing, and a message arriving on a higher queue
 never waits behind a long poll on a lower one. After waking it re-checks the higher queues,
-and returns any surplus (lowest priority first) at once.
+and returns any surplus at once: the lowest priorities (strict) or what the weighted draw
+left (weighted).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from priority_pubsub.errors import DriverError
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Message
 from priority_pubsub.observer import DeliveryObserver
-from priority_pubsub.scheduler import plan
+from priority_pubsub.scheduler import plan, share_by_weight
 from priority_pubsub.settler import Settler
 
 log = get_logger(__name__)
@@ -115,11 +116,25 @@ class Dispatcher:
         return woken
 
     async def _keep_best(self, messages: list[Message], free: int) -> list[Message]:
-        messages.sort(key=lambda m: m.priority)
-        keep, surplus = messages[:free], messages[free:]
+        keep, surplus = self._choose(messages, free)
         for message in surplus:  # a settle like any other: journaled and counted
             await asyncio.shield(self._settler.release(message, SURPLUS_REASON))
         return keep
+
+    def _choose(self, messages: list[Message], free: int) -> tuple[list[Message], list[Message]]:
+        """Which woken messages to keep for ``free`` slots: the highest priorities (strict),
+        or a share drawn by weight (weighted); the rest is surplus, handed back."""
+        if self._settings.scheduling == "strict" or len(messages) <= free:
+            ordered = sorted(messages, key=lambda m: m.priority)
+            return ordered[:free], ordered[free:]
+        by_queue: dict[str, list[Message]] = {name: [] for name in self._names}
+        for message in messages:
+            by_queue[message.queue].append(message)
+        queues = list(by_queue.values())
+        counts = share_by_weight([len(q) for q in queues], self._weights, free, self._rng)
+        keep = [m for queue, n in zip(queues, counts, strict=True) for m in queue[:n]]
+        surplus = [m for queue, n in zip(queues, counts, strict=True) for m in queue[n:]]
+        return keep, surplus
 
     async def _receive(self, index: int, count: int, wait_s: float) -> list[Message]:
         name = self._names[index]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import aiohttp
 
 from priority_pubsub import json_text
+from priority_pubsub.app_health import NOT_REACHABLE
+from priority_pubsub.backpressure import BUSY_STATUSES, parse_retry_after
 from priority_pubsub.cloudevent import AppRequest
 from priority_pubsub.config import AppConfig
 from priority_pubsub.delivery import Prepared
@@ -16,7 +18,12 @@ from priority_pubsub.outcome import Outcome
 
 
 def classify(
-    status: int, body: bytes, fatal_codes: tuple[int, ...], *, exact_status: bool = False
+    status: int,
+    body: bytes,
+    fatal_codes: tuple[int, ...],
+    *,
+    exact_status: bool = False,
+    retry_after: str | None = None,
 ) -> Outcome:
     """The app's answer as an outcome (README#the-app-contract-as-daprs-sidecar-does-it),
     following daprd's HTTP subscriber (dapr ``pkg/runtime/subscription/postman/http/http.go``):
@@ -24,7 +31,9 @@ def classify(
     RETRY and unknown statuses retry; DROP and 404 drop; every other code retries. Two
     differences, both native conveniences: ``fatal_codes`` (empty in Dapr mode) dead-letter at
     once, and status strings match case-insensitively unless ``exact_status`` (Dapr mode:
-    daprd compares exactly).
+    daprd compares exactly). And the app's "not now": 429 or 503 with a ``Retry-After`` is a
+    release (the app did not take the message), not a failed attempt (README "When the app is
+    down").
     """
     if 200 <= status < 300:
         return _classify_success(status, body, exact_status)
@@ -32,6 +41,8 @@ def classify(
         return Outcome.drop("app returned 404", status)
     if status in fatal_codes:
         return Outcome.dead(f"app returned fatal status {status}", status)
+    if status in BUSY_STATUSES and (wait_s := parse_retry_after(retry_after)) is not None:
+        return Outcome.release(f"app busy: {status} with Retry-After {wait_s:g}s", status, wait_s)
     return Outcome.retry(f"app returned {status}", status)
 
 
@@ -86,7 +97,11 @@ class Forwarder:
             async with self._session.post(url, data=request.body, headers=request.headers) as rsp:
                 body = await rsp.content.read(self._app.max_response_bytes)
                 return classify(rsp.status, body, self._app.fatal_codes,
-                                exact_status=self._exact_status)
+                                exact_status=self._exact_status,
+                                retry_after=rsp.headers.get("Retry-After"))
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            # The request never reached the app (refused, DNS, connect timeout): not an attempt.
+            return Outcome.release(f"{NOT_REACHABLE}: {type(exc).__name__}: {exc}"[:300])
         except TimeoutError:
             return Outcome.retry(f"app did not answer within {self._app.timeout_s:g}s")
         except aiohttp.ClientError as exc:

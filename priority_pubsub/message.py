@@ -70,3 +70,12 @@ class Message:
     lease: Lease
     content_type: str | None = None
     received_ms: int = field(default_factory=now_ms)
+    defect: str | None = None
+    """Why the message cannot be delivered as received (a driver found it malformed: a bad
+    header, a missing field, a Redis stream entry without ``data``). The worker dead-letters
+    it with this reason, never delivers or retries it."""
+    broker_properties: dict[str, str] = field(default_factory=dict)
+    """The broker's own properties of the message, named as daprd's component names them
+    (Service Bus ``MessageId``, ``DeliveryCount``...). Apart from ``attributes`` (the
+    publisher's): a retry copy never turns them into application properties, and only Dapr
+    mode sends them (as daprd does, ``metadata.<name>``)."""

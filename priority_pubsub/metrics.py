@@ -62,6 +62,24 @@ class Metrics:
             "priority_pubsub_receive_calls", "Receive calls to the broker, by whether empty.",
             ["queue", "empty"], registry=r,
         )
+        # The app's state (issue 13): read from the app gate at scrape time (set_function).
+        self.app_up = Gauge(
+            "priority_pubsub_app_up", "1 while the app is reachable and healthy, else 0.",
+            registry=r,
+        )
+        self.app_pauses = Counter(
+            "priority_pubsub_app_pauses", "Times deliveries were paused, by cause "
+            "(unreachable, unhealthy, busy, circuit_breaker).", ["cause"], registry=r,
+        )
+        self.circuit_breaker_state = Gauge(
+            "priority_pubsub_circuit_breaker_state",
+            "App-channel circuit breaker: 0 closed, 1 half-open, 2 open.", registry=r,
+        )
+        self.effective_concurrency = Gauge(
+            "priority_pubsub_effective_concurrency",
+            "Deliveries allowed at once now (lowered by the app's 429/503 Retry-After).",
+            registry=r,
+        )
 
         self._queues: dict[tuple[str, int], QueueMetrics] = {}
 

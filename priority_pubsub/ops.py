@@ -10,8 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import aiohttp
-
+from priority_pubsub.app_health import build_probe
 from priority_pubsub.config import Settings
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_ATTRIBUTES,
@@ -61,20 +60,13 @@ async def check_reachability(settings: Settings) -> list[str]:
                 await driver.ping()
     except DriverError as exc:
         problems.append(f"driver {settings.driver.type}: {exc}")
-    if settings.app.is_grpc:
-        from priority_pubsub.app_channel.grpc import app_callback_health
-
-        problem = await app_callback_health(settings.app.url.get_secret_value(), 5)
-        if problem is not None:
-            problems.append(f"app {settings.app.url}: {problem}")
-        return problems
+    probe = build_probe(settings.app)  # the sidecar's own start gate
     try:
-        timeout = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.options(settings.app.url.get_secret_value()) as response:
-            await response.read()  # any HTTP answer means the app is listening
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        problems.append(f"app {settings.app.url}: unreachable ({type(exc).__name__}: {exc})")
+        problem = await probe.check()
+    finally:
+        await probe.close()
+    if problem is not None:
+        problems.append(f"app {settings.app.url}: unreachable ({problem})")
     return problems
 
 

@@ -30,6 +30,8 @@ class Outcome:
     kind: Kind
     http_status: int | None = None
     reason: str | None = None
+    delay_s: float | None = None
+    """For a release: how long the app asked us to wait (its ``Retry-After``)."""
 
     @classmethod
     def ack(cls, http_status: int | None = None) -> Outcome:
@@ -44,9 +46,11 @@ class Outcome:
         return cls(Kind.DEAD, http_status, reason)
 
     @classmethod
-    def release(cls, reason: str) -> Outcome:
-        """Give the message back without the app having seen it; ``reason`` says why."""
-        return cls(Kind.RELEASE, None, reason)
+    def release(cls, reason: str, http_status: int | None = None,
+                delay_s: float | None = None) -> Outcome:
+        """Give the message back without the app having taken it; ``reason`` says why.
+        ``http_status``/``delay_s``: the app's "not now" (429/503) and its Retry-After."""
+        return cls(Kind.RELEASE, http_status, reason, delay_s)
 
     @classmethod
     def drop(cls, reason: str, http_status: int | None = None) -> Outcome:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 DRIVER_GROUP = "priority_pubsub.drivers"
 TRANSFORM_GROUP = "priority_pubsub.transforms"
-_EXTRAS = {"sqs": "sqs", "gcp_pubsub": "gcp", "azure_servicebus": "azure"}
+_EXTRAS = {"sqs": "sqs", "gcp_pubsub": "gcp", "azure_servicebus": "azure", "rabbitmq": "rabbitmq"}
 
 
 @cache

@@ -2,14 +2,18 @@
 
 The receive loop asks the dispatcher for at most as many messages as there are free slots,
 starts one worker task per message and waits for a slot to free up when all are busy.
-``pause()`` closes a gate the loop waits on before each take (in-flight messages carry on);
-``resume()`` opens it again. ``stop()`` stops taking, lets in-flight tasks finish for
-``shutdown.grace_s``, then cancels the rest: cancelled workers return their messages at once.
+``pause()`` closes a gate the loop waits on before each take (in-flight messages carry on)
+and abandons a take still waiting (the driver hands back whatever it caught); ``resume()``
+opens it again. The app gate (``app_gate.AppGate``) pauses and resumes it as the app comes and
+goes, and sets how many messages may be in hand (``capacity``: the effective concurrency).
+``stop()`` stops taking, lets in-flight tasks finish for ``shutdown.grace_s``, then cancels
+the rest: cancelled workers return their messages at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from priority_pubsub.backoff import Backoff
 from priority_pubsub.config import Settings
@@ -30,8 +34,11 @@ class Receiver:
         dispatcher: Dispatcher,
         worker: Worker,
         observer: DeliveryObserver,
+        capacity: Callable[[int], int] | None = None,
     ) -> None:
-        self._concurrency = settings.concurrency
+        concurrency = settings.concurrency
+        self._capacity = capacity or (lambda in_flight: concurrency - in_flight)
+        """How many more messages may be taken with ``in_flight`` in hand."""
         self._grace_s = settings.shutdown.grace_s
         self._dispatcher = dispatcher
         self._worker = worker
@@ -40,6 +47,8 @@ class Receiver:
         self._slot_freed = asyncio.Event()
         self._open = asyncio.Event()
         self._open.set()
+        self._closed = asyncio.Event()
+        """Set while paused: wakes a take in progress so that it is abandoned."""
         self._loop: asyncio.Task[None] | None = None
 
     @property
@@ -53,8 +62,10 @@ class Receiver:
     def pause(self) -> None:
         """Stop taking new messages (in-flight ones finish) until ``resume``."""
         self._open.clear()
+        self._closed.set()
 
     def resume(self) -> None:
+        self._closed.clear()
         self._open.set()
 
     async def start(self) -> None:
@@ -77,13 +88,13 @@ class Receiver:
         backoff = Backoff(initial_s=0.5, max_s=30.0)
         while True:
             await self._open.wait()
-            free = self._concurrency - len(self._tasks)
+            free = self._capacity(len(self._tasks))
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
             try:
-                messages = await self._dispatcher.take(free)
+                messages = await self._take_unless_paused(free)
             except DriverError as exc:
                 log.warning("receive failed, backing off", error=str(exc),
                             retry_in_s=backoff.next_s())
@@ -92,6 +103,22 @@ class Receiver:
             backoff.reset()
             for message in messages:
                 self._start_task(message)
+
+    async def _take_unless_paused(self, free: int) -> list[Message]:
+        """``dispatcher.take``, abandoned (its receives cancelled, nothing lost) as soon as
+        the receiver is paused: while the app is down or busy nothing is received."""
+        take = asyncio.create_task(self._dispatcher.take(free), name="take")
+        closed = asyncio.create_task(self._closed.wait(), name="take-paused")
+        try:
+            await asyncio.wait({take, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if not take.done():
+                take.cancel()
+                await asyncio.gather(take, return_exceptions=True)
+                return []
+            return take.result()
+        finally:
+            take.cancel()
+            closed.cancel()
 
     def _start_task(self, message: Message) -> None:
         self._observer.received(message)

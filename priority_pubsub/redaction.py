@@ -44,11 +44,14 @@ CredentialUrl = Annotated[SecretUrl, PlainSerializer(str, return_type=str, when_
 
 
 def mask_url(url: str) -> str:
+    """``user:***@`` for a password; a user alone (``https://TOKEN@host``, a token) is masked
+    whole."""
     parts = urlsplit(url)
-    if parts.password is None:
+    if parts.password is None and not parts.username:
         return url
     host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
+    user = MASK if parts.password is None else f"{parts.username or ''}:{MASK}"
+    netloc = f"{user}@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
 
 

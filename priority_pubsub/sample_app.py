@@ -46,3 +46,22 @@ async def start_app(task_ms: int, seen: Seen, host: str = "127.0.0.1") -> tuple[
     site = web.TCPSite(runner, host, 0)
     await site.start()
     return runner, int(runner.addresses[0][1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m priority_pubsub.sample_app``: the sample app alone, on the port the repo's
+    ``config.yaml`` delivers to, for running the sidecar by hand next to it."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--task-ms", type=int, default=500, help="how long each task takes")
+    args = parser.parse_args(argv)
+    print(f"sample app on http://{args.host}:{args.port} ({args.task_ms} ms a task)", flush=True)
+    web.run_app(make_app(args.task_ms, Seen()), host=args.host, port=args.port,
+                print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -36,3 +36,23 @@ def plan(
     draws = rng.choices(candidates, weights=[weights[i] for i in candidates], k=slots)
     counts = Counter(draws)
     return sorted(counts.items())
+
+
+def share_by_weight(
+    available: Sequence[int], weights: Sequence[int], slots: int, rng: random.Random
+) -> list[int]:
+    """How many of each queue's ``available`` messages to keep for ``slots`` free workers,
+    drawn by weight as ``plan`` draws (a queue with nothing left gives its draws away).
+
+    The weighted wake-up path uses it: when one wait brought back more messages than free
+    slots, the kept ones follow the weights too; keeping the highest priorities there was a
+    small bias toward high at every wake from idle."""
+    kept = [0] * len(available)
+    slots = min(slots, sum(available))
+    while slots > 0:
+        empty = frozenset(i for i, n in enumerate(available) if kept[i] >= n)
+        for index, count in plan("weighted", weights, slots, empty, rng):
+            take = min(count, available[index] - kept[index])
+            kept[index] += take
+            slots -= take
+    return kept

@@ -68,8 +68,9 @@ def plan_settlement(
     dead-letter topics), else a drop goes where a dead letter goes.
     """
     kind, reason, status = outcome.kind, outcome.reason, outcome.http_status
-    if kind is Kind.RELEASE:
-        return Settlement(kind, Verb.RELEASE, 0.0, reason, status)
+    if kind is Kind.RELEASE:  # after the app's Retry-After, if it gave one
+        delay_s = 0.0 if shutting_down else outcome.delay_s or 0.0
+        return Settlement(kind, Verb.RELEASE, delay_s, reason, status)
     if kind is Kind.RETRY:
         if shutting_down:
             return Settlement(kind, Verb.RETRY, 0.0, reason, status)

@@ -1,7 +1,8 @@
 """The composition root: build the parts, start them in order, stop them in reverse.
 
 Parts, in start order: loop watchdog, ops server, driver connection, forwarder, journal,
-depth refresher, receiver. Shutdown (SIGTERM/SIGINT) stops them in reverse: the receiver
+depth refresher, app probe (the start gate: the receiver takes nothing before the app is
+reachable), receiver. Shutdown (SIGTERM/SIGINT) stops them in reverse: the receiver
 stops taking messages, lets in-flight tasks finish for ``shutdown.grace_s`` and cancels the
 rest (cancelled workers return their messages at once: visibility 0 / nack / abandon), then
 the journal is flushed, the HTTP session and the driver closed, the server stopped.
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from priority_pubsub.app_channel import build_channel
+from priority_pubsub.app_gate import AppGate
 from priority_pubsub.backoff import Backoff
 from priority_pubsub.config import Settings
 from priority_pubsub.delivery import Delivery
@@ -74,9 +76,12 @@ class Sidecar:
         settler = Settler(settings, self.driver, self.observer)
         self.dispatcher = Dispatcher(settings, self.driver, self.observer, settler, rng)
         self.tracer = build_tracer(settings)
+        self.gate = AppGate(settings, self.metrics)
         worker = Worker(settings, self.driver, self.forwarder, self.observer, settler, delivery,
-                        self.tracer)
-        self.receiver = Receiver(settings, self.dispatcher, worker, self.observer)
+                        self.tracer, gate=self.gate)
+        self.receiver = Receiver(settings, self.dispatcher, worker, self.observer,
+                                 capacity=self.gate.capacity)
+        self.gate.attach(self.receiver)  # paused until the app is reachable (the start gate)
         self.watchdog = LoopWatchdog(settings.server.stall_after_s,
                                      on_stall=self.metrics.loop_stalls.inc)
         self.server = OpsServer(
@@ -94,9 +99,11 @@ class Sidecar:
             Part("tracer", _nothing, self.tracer.close),
             *([Part("journal", self._start_journal, self.journal.close)] if self.journal else []),
             Part("depth refresher", self._start_depth, self._stop_depth),
+            Part("app probe", self._start_probe, self._stop_probe),
             Part("receiver", self.receiver.start, self.receiver.stop),
         ]
         self._depth: asyncio.Task[None] | None = None
+        self._probe: asyncio.Task[None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -108,6 +115,8 @@ class Sidecar:
             return "draining"
         if not self.connected:
             return "driver not connected"
+        if not self.gate.health.up:
+            return self.gate.health.reason
         if not self.dispatcher.healthy:
             return "driver unreachable: last receive failed"
         if isinstance(self.driver, Pinger):
@@ -177,6 +186,14 @@ class Sidecar:
         if self._depth is not None:
             self._depth.cancel()
             await asyncio.gather(self._depth, return_exceptions=True)
+
+    async def _start_probe(self) -> None:
+        self._probe = asyncio.create_task(self.gate.run(), name="app-probe")
+
+    async def _stop_probe(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            await asyncio.gather(self._probe, return_exceptions=True)
 
     async def _refresh_depth(self, driver: DepthReporter) -> None:
         """Keep ``priority_pubsub_queue_depth`` current (what KEDA/HPA scale on)."""

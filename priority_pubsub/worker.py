@@ -12,6 +12,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
+from priority_pubsub.app_gate import AppGate
 from priority_pubsub.config import Settings
 from priority_pubsub.delivery import AppChannel, Delivery, NativeDelivery
 from priority_pubsub.drivers.base import Driver
@@ -52,9 +53,13 @@ class Worker:
         settler: Settler,
         delivery: Delivery | None = None,
         tracer: DeliveryTracer = NO_TRACING,
+        *,
+        gate: AppGate | None = None,
     ) -> None:
         self._settings = settings
         self._tracer = tracer
+        self._gate = gate
+        """None: no app gating (tests of what follows a delivery)."""
         self._driver = driver
         self._forwarder = forwarder
         self._observer = observer
@@ -95,6 +100,8 @@ class Worker:
 
     async def _decide(self, attempt: Attempt) -> Outcome:
         message = attempt.message
+        if message.defect is not None:
+            return Outcome.dead(f"malformed message: {message.defect}")
         refused = admit(message.attempt, self._settings.retry,
                         releases_counted=self._driver.releases_count_as_attempts)
         if refused is not None:
@@ -111,6 +118,9 @@ class Worker:
         prepared = self._delivery.prepare(message, payload)
         if isinstance(prepared, Outcome):
             return prepared
+        if self._gate is not None and (blocked := self._gate.blocked()) is not None:
+            # Paused since this message was received: hand it back, the app never saw it.
+            return self._gate.settle_release(message, Outcome.release(blocked))
         if prepared.request.adjusted_headers:
             log.warning("headers made safe or left out: characters a header cannot carry",
                         message_id=message.id, queue=message.queue,
@@ -120,7 +130,7 @@ class Worker:
         request = attempt.trace.inject(prepared.request, prepared.url)
         outcome = await self._forwarder.deliver(dataclasses.replace(prepared, request=request))
         self._observer.forwarded(message, time.perf_counter() - started)
-        return outcome
+        return outcome if self._gate is None else self._gate.observe(message, outcome)
 
     async def _after_settle(self, attempt: Attempt, outcome: Outcome) -> None:
         """The transforms' settle hooks; their failures are logged, never change the outcome

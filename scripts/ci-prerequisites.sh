@@ -32,4 +32,29 @@ apt_install promtool prometheus "the alert rule tests (promtool)"
 for tool in buildah podman runc debootstrap; do
   PATH="$PATH:/usr/sbin:/sbin" apt_install "$tool" "$tool" "the image step (make image-test)"
 done
+
+# Redis (the redis driver's tests): the Debian package if the binary is missing, and a server
+# on 127.0.0.1:6379 if none answers there (tests that restart Redis start their own
+# redis-server on free ports).
+apt_install redis-server redis-server "the redis driver tests"
+if command -v redis-server >/dev/null && ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+  redis-server --port 6379 --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
+    --logfile /tmp/priority-pubsub-ci-redis.log >/dev/null \
+    || missing "could not start redis-server on 127.0.0.1:6379"
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.1; done
+fi
+
+# RabbitMQ on 127.0.0.1:5672 (guest/guest) for the rabbitmq driver tests: the Debian package if
+# the server is missing, started if nothing answers there (the tests that restart a broker or
+# shorten consumer_timeout start their own rabbitmq-server from the same package on free ports).
+rabbitmq_path="$PATH:/usr/lib/rabbitmq/bin:/usr/sbin:/sbin"
+PATH="$rabbitmq_path" apt_install rabbitmq-server rabbitmq-server "the rabbitmq driver tests"
+if PATH="$rabbitmq_path" command -v rabbitmq-server >/dev/null \
+    && ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
+  service rabbitmq-server start >/dev/null 2>&1 \
+    || PATH="$rabbitmq_path" rabbitmq-server -detached >/dev/null 2>&1
+  for _ in $(seq 60); do (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null && break; sleep 1; done
+  (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null \
+    || missing "rabbitmq-server did not start on 127.0.0.1:5672"
+fi
 exit 0

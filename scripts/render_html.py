@@ -3,8 +3,8 @@
     python scripts/render_html.py out/report.html out/report.png [--width 1300 --height 4000]
 
 prints {"width":..,"height":..,"distinct_colours":..,"non_white_fraction":..}. The PNG is
-decoded with zlib only (no Pillow), so the check runs wherever Chromium does. Chromium runs
-with networking and background services off and a throw-away profile directory.
+decoded with Pillow (the dev extra). Chromium runs with networking and background services
+off and a throw-away profile directory.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
-import zlib
 from pathlib import Path
+
+from PIL import Image
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -29,6 +29,7 @@ CHROMIUM_FLAGS = (
     "--no-first-run",
     "--hide-scrollbars",
 )
+WHITE = (255, 255, 255)
 
 
 def find_chromium() -> str | None:
@@ -61,70 +62,18 @@ def render_png(
         raise RuntimeError(f"chromium wrote no screenshot to {png}")
 
 
-def decode_png(data: bytes) -> tuple[int, int, int, bytes]:
-    """(width, height, bytes per pixel, raw pixel rows) of an 8-bit RGB/RGBA PNG."""
-    if data[:8] != b"\x89PNG\r\n\x1a\n":
-        raise ValueError("not a PNG")
-    pos, idat, header = 8, bytearray(), b""
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
-        if kind == b"IHDR":
-            header = body
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    width, height, depth, colour = struct.unpack(">IIBB", header[:10])
-    if depth != 8 or colour not in (2, 6):
-        raise ValueError(f"unsupported PNG (depth {depth}, colour type {colour})")
-    bpp = 3 if colour == 2 else 4
-    return width, height, bpp, _unfilter(zlib.decompress(bytes(idat)), width, height, bpp)
-
-
-def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> bytes:
-    stride = width * bpp
-    out = bytearray()
-    prev = bytearray(stride)
-    for y in range(height):
-        start = y * (stride + 1)
-        kind, row = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
-        if kind == 1:
-            for i in range(bpp, stride):
-                row[i] = (row[i] + row[i - bpp]) & 0xFF
-        elif kind == 2:
-            row = bytearray((a + b) & 0xFF for a, b in zip(row, prev, strict=True))
-        elif kind == 3:
-            for i in range(stride):
-                left = row[i - bpp] if i >= bpp else 0
-                row[i] = (row[i] + ((left + prev[i]) >> 1)) & 0xFF
-        elif kind == 4:
-            for i in range(stride):
-                a = row[i - bpp] if i >= bpp else 0
-                b, c = prev[i], prev[i - bpp] if i >= bpp else 0
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
-                row[i] = (row[i] + pred) & 0xFF
-        out += row
-        prev = row
-    return bytes(out)
-
-
 def png_stats(png: Path) -> dict[str, float]:
     """Size, number of distinct colours and the share of pixels that are not white."""
-    width, height, bpp, pixels = decode_png(png.read_bytes())
-    colours: set[bytes] = set()
-    non_white = 0
-    for i in range(0, len(pixels), bpp):
-        px = pixels[i : i + 3]
-        colours.add(px)
-        if px != b"\xff\xff\xff":
-            non_white += 1
+    with Image.open(png) as image:
+        rgb = image.convert("RGB")  # alpha ignored: Chromium's screenshots are opaque
+    width, height = rgb.size
+    colours = rgb.getcolors(maxcolors=width * height) or []
+    white = sum(count for count, colour in colours if colour == WHITE)
     return {
         "width": width,
         "height": height,
         "distinct_colours": len(colours),
-        "non_white_fraction": round(non_white / (width * height), 4),
+        "non_white_fraction": round((width * height - white) / (width * height), 4),
     }
 
 

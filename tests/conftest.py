@@ -6,6 +6,8 @@ from __future__ import annotations
 pytest_plugins = [
     "tests.support.pubsub_emulator",
     "tests.support.moto_server",
+    "tests.support.rabbitmq_server",
+    "tests.support.redis_server",
     "tests.support.servicebus.fixtures",
     "tests.support.topologies.fixtures",
 ]

@@ -91,32 +91,73 @@ def _service_ms() -> Column:
     return F.greatest(F.col("settled_ms") - start, F.lit(0))
 
 
-def _max_in_flight(derived: DataFrame, keys: list[str]) -> dict[tuple[object, ...], int]:
-    """Max concurrent intervals per key: sweep of +1/-1 events summed per millisecond."""
+SWEEP_BUCKET_MS = 60_000
+
+
+def max_in_flight(derived: DataFrame) -> dict[int | None, int]:
+    """Max concurrent intervals per priority, and overall (key None), in one job.
+
+    A sweep of +1/-1 events summed per millisecond (ends and starts at one instant cancel: an
+    end before a start, as the module docstring says), as a two-level prefix sum so no
+    partition holds more than one minute of one key: within each minute, the running level
+    and its peak; across minutes (a small frame), the level each minute starts from. A
+    single running sum over all events would put every event of a key in one task."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     start = F.coalesce(F.col("forwarded_ms"), F.col("received_ms"))
-    starts = derived.select(*keys, start.alias("t"), F.lit(1).alias("d"))
-    ends = derived.select(*keys, F.col("settled_ms").alias("t"), F.lit(-1).alias("d"))
-    per_ms = starts.unionByName(ends).groupBy(*keys, "t").agg(F.sum("d").alias("d"))
-    # Summing per millisecond first makes ends and starts at one instant cancel: an end
-    # before a start at the same ms, as the module docstring says.
-    window = (Window.partitionBy(*keys) if keys else Window.partitionBy(F.lit(0))).orderBy("t")
-    running = per_ms.withColumn(
-        "level", F.sum("d").over(window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    scopes = F.array(F.col("priority"), F.lit(None).cast("int"))  # the priority, and overall
+    events = _sweep_events(derived, start, scopes)
+    per_ms = events.groupBy("scope", "t").agg(F.sum("d").alias("d"))
+    per_ms = per_ms.withColumn("bucket", F.floor(F.col("t") / SWEEP_BUCKET_MS))
+    inside = (
+        Window.partitionBy("scope", "bucket")
+        .orderBy("t")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    rows = running.groupBy(*keys).agg(F.max("level").alias("peak")).collect()
-    return {tuple(r[k] for k in keys): int(r["peak"]) for r in rows if r["peak"] is not None}
+    buckets = (
+        per_ms.withColumn("level", F.sum("d").over(inside))
+        .groupBy("scope", "bucket")
+        .agg(F.max("level").alias("peak_inside"), F.sum("d").alias("net"))
+    )
+    before = (
+        Window.partitionBy("scope").orderBy("bucket").rowsBetween(Window.unboundedPreceding, -1)
+    )
+    offset = F.coalesce(F.sum("net").over(before), F.lit(0))
+    peaks = (
+        buckets.withColumn("peak", offset + F.col("peak_inside"))
+        .groupBy("scope")
+        .agg(F.max("peak").alias("peak"))
+        .collect()
+    )
+    return {r["scope"]: int(r["peak"]) for r in peaks if r["peak"] is not None}
 
 
-def observed_peak(derived: DataFrame) -> int:
+def _sweep_events(derived: DataFrame, start: Column, scopes: Column) -> DataFrame:
+    """(scope, t, d): +1 at each attempt's start and -1 at its end, once per scope."""
+    from pyspark.sql import functions as F
+
+    edges = F.array(
+        F.struct(start.alias("t"), F.lit(1).alias("d")),
+        F.struct(F.col("settled_ms").alias("t"), F.lit(-1).alias("d")),
+    )
+    return (
+        derived.select(F.explode(scopes).alias("scope"), edges.alias("edges"))
+        .select("scope", F.explode("edges").alias("e"))
+        .select("scope", "e.t", "e.d")
+    )
+
+
+def observed_peak(peaks: dict[int | None, int]) -> int:
     """Max attempts in flight at once over all priorities and queues."""
-    return _max_in_flight(derived, []).get((), 0)
+    return peaks.get(None, 0)
 
 
-def capacity(derived: DataFrame, target_wait_s: float) -> list[CapacityRow]:
-    """Per priority: arrival rate, service time, M/M/c workers needed, observed concurrency."""
+def capacity(
+    derived: DataFrame, target_wait_s: float, peaks: dict[int | None, int]
+) -> list[CapacityRow]:
+    """Per priority: arrival rate, service time, M/M/c workers needed, and the observed
+    concurrency (``peaks``, from ``max_in_flight``)."""
     from pyspark.sql import functions as F
 
     first_enq = F.when(F.col("attempt") == 1, F.col("enqueued_ms"))
@@ -133,7 +174,6 @@ def capacity(derived: DataFrame, target_wait_s: float) -> list[CapacityRow]:
     if not los:
         return []
     span_s = (max(r["hi"] for r in collected if r["hi"] is not None) - min(los)) / 1000.0
-    peaks = _max_in_flight(derived, ["priority"])
     rows: list[CapacityRow] = []
     cum_rate = cum_busy = 0.0
     for r in collected:
@@ -152,7 +192,7 @@ def capacity(derived: DataFrame, target_wait_s: float) -> list[CapacityRow]:
                 offered_load=rate * mean_s,
                 cumulative_load=cum_busy,
                 workers_needed=needed,
-                observed_max_in_flight=peaks.get((r["priority"],), 0),
+                observed_max_in_flight=peaks.get(int(r["priority"]), 0),
                 observed_mean_in_flight=(r["busy_ms"] / 1000.0 / span_s) if span_s > 0 else 0.0,
             )
         )

@@ -11,6 +11,7 @@ Every line falls in exactly one class:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from priority_pubsub.analytics.schema import (
     CORRUPT_COLUMN,
     READABLE_VERSIONS,
     RECORD_OUTCOMES,
+    REPORT_FIELDS,
     journal_struct,
     required_field_names,
 )
@@ -106,31 +108,42 @@ class Loaded:
 
 
 def load(
-    spark: SparkSession, journal_glob: str, since_ms: int | None, until_ms: int | None
+    spark: SparkSession,
+    journal_glob: str,
+    since_ms: int | None,
+    until_ms: int | None,
+    derive: Callable[[DataFrame], DataFrame] | None = None,
 ) -> Loaded:
-    """Parse once (cached), count every class, sample bad lines, keep valid records in range."""
+    """Parse once into a cached, typed frame; count every class and sample bad lines from it.
+
+    The one parse is the report's largest cost, so it happens once: the cache keeps only
+    ``REPORT_FIELDS``, the columns ``derive`` adds (computed once, not per table), the line
+    class and, for bad lines only, their text for the samples. One job fills the cache and
+    counts the classes; the tables then read the cache (columnar, compressed)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     raw = read_raw(spark, journal_glob)
     klass = F.when((F.col("_class") == "valid") & ~in_range(since_ms, until_ms), "out_of_range")
     classed = raw.withColumn("_class", klass.otherwise(F.col("_class")))
-    classed = classed.persist(StorageLevel.MEMORY_AND_DISK)
-    grouped = classed.groupBy("_class").agg(F.count("*").alias("n")).collect()
+    text = F.coalesce(F.col(CORRUPT_COLUMN), F.to_json(F.struct(*_schema_columns(raw))))
+    bad_text = F.when(F.col("_class").isin(*BAD_CLASSES), F.substring(text, 1, SAMPLE_CHARS))
+    typed = classed.select("_class", bad_text.alias("_text"), *REPORT_FIELDS)
+    cached = (derive(typed) if derive else typed).persist(StorageLevel.MEMORY_AND_DISK)
+    grouped = cached.groupBy("_class").agg(F.count("*").alias("n")).collect()
     counts = {r["_class"]: int(r["n"]) for r in grouped}
     samples: dict[str, list[str]] = {}
     if any(counts.get(c, 0) for c in BAD_CLASSES):
-        text = F.coalesce(F.col(CORRUPT_COLUMN), F.to_json(F.struct(*_schema_columns(raw))))
         rows = (
-            classed.where(F.col("_class").isin(*BAD_CLASSES))
-            .select("_class", F.substring(text, 1, SAMPLE_CHARS).alias("text"))
+            cached.where(F.col("_class").isin(*BAD_CLASSES))
+            .select("_class", "_text")
             .limit(SAMPLES_PER_CLASS * len(BAD_CLASSES) * 20)
             .collect()
         )
         for row in rows:
             bucket = samples.setdefault(row["_class"], [])
             if len(bucket) < SAMPLES_PER_CLASS:
-                bucket.append(row["text"])
+                bucket.append(row["_text"])
     line_counts = LineCounts(
         valid=counts.get("valid", 0),
         malformed=counts.get("malformed", 0),
@@ -140,8 +153,8 @@ def load(
         released=counts.get("released", 0),
         samples=samples,
     )
-    valid = classed.where(F.col("_class") == "valid").drop("_class", CORRUPT_COLUMN)
-    return Loaded(valid=valid, counts=line_counts, _cached=classed)
+    valid = cached.where(F.col("_class") == "valid").drop("_class", "_text")
+    return Loaded(valid=valid, counts=line_counts, _cached=cached)
 
 
 def _schema_columns(raw: DataFrame) -> list[str]:

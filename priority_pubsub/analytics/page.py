@@ -2,16 +2,19 @@
 
 Written for someone who never saw the journal: every number says what it measures in words,
 durations are human-readable, and a glossary closes the page. Input is plain Python data
-(``PageData``) so the page renders, and can be tested, without Spark.
+(``PageData``) so the page renders, and can be tested, without Spark. The markup lives in
+``templates/report.html.j2`` (jinja2, autoescaped); this module only turns the data into the
+text the template shows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from html import escape
 from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from priority_pubsub.analytics.capacity import CapacityRow
 from priority_pubsub.analytics.load import LineCounts
@@ -25,19 +28,15 @@ from priority_pubsub.analytics.svg import (
 )
 
 Row = dict[str, Any]
-CSS = """
-body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1300px;color:#222;padding:0 16px}
-h1{margin-bottom:4px}h2{margin-top:32px;border-bottom:2px solid #ddd;padding-bottom:4px}
-.muted{color:#666}.tiles{display:flex;gap:12px;flex-wrap:wrap;margin:16px 0}
-.tile{border:1px solid #ddd;border-radius:6px;padding:10px 16px;min-width:150px}
-.tile b{display:block;font-size:22px}.charts{display:flex;flex-wrap:wrap;gap:16px}
-table{border-collapse:collapse;margin:8px 0;font-size:13px}
-th,td{border:1px solid #ddd;padding:4px 8px;text-align:right}th{background:#f4f4f4}
-td.l{white-space:nowrap}
-td.l,th.l{text-align:left}.bad{color:#b71c1c;font-weight:bold}
-pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;word-break:break-all;font-size:12px}
-.sw{display:inline-block;width:10px;height:10px;margin-right:4px}
-"""
+Cells = list[tuple[str, ...]]
+TEMPLATES = Environment(
+    loader=PackageLoader("priority_pubsub.analytics", "templates"),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
 
 
 @dataclass
@@ -82,51 +81,29 @@ def when(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def table(
-    headers: Sequence[str], rows: Iterable[Sequence[object]], left: int | Collection[int] = 1
-) -> str:
-    """An HTML table; text columns (the first ``left``, or those indexes) align left."""
-    text = set(range(left)) if isinstance(left, int) else set(left)
-    head = "".join(
-        f'<th class="{"l" if i in text else ""}">{escape(h)}</th>' for i, h in enumerate(headers)
-    )
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="{"l" if i in text else ""}">{escape(str(v))}</td>'
-            for i, v in enumerate(row)
-        )
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
 def render(data: PageData) -> str:
-    sections = [
-        _header(data),
-        _waits(data),
-        _throughput(data),
-        _outcomes(data),
-        _starvation(data),
-        _capacity(data),
-        _reasons(data),
-        _attempts(data),
-        _quality(data),
-        _glossary(data),
-    ]
-    return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        "<title>priority-pubsub delivery report</title>"
-        f"<style>{CSS}</style></head><body>{''.join(sections)}</body></html>\n"
-    )
+    """The whole page: each part of the context comes from one helper below."""
+    context: dict[str, Any] = {
+        **_header(data),
+        **_waits(data),
+        "throughput_chart": _throughput(data),
+        **_outcomes(data),
+        "starvation_rows": _starvation(data),
+        **_capacity(data),
+        "reason_rows": _reasons(data),
+        **_attempts(data),
+        **_quality(data),
+        "glossary": GLOSSARY,
+        "tables": sorted(data.tables.items()),
+    }
+    return TEMPLATES.get_template("report.html.j2").render(context)
 
 
 def _label(priority: int, queues: str = "") -> str:
     return f"priority {priority}" + (f" ({queues})" if queues else "")
 
 
-def _header(d: PageData) -> str:
+def _header(d: PageData) -> dict[str, Any]:
     done = sum(int(r["completed"]) for r in d.summary)
     deliveries = sum(int(r["attempts"]) for r in d.summary)
     tiles = [
@@ -143,22 +120,13 @@ def _header(d: PageData) -> str:
             tiles.append(
                 (f"95% of priority {low['priority']} waited under", duration(low["wait_p95_s"]))
             )
-    rng = f"{when(d.first_ms)} → {when(d.last_ms)}"
-    limits = "".join(
-        f" · {k} {escape(v)}" for k, v in (("since", d.since), ("until", d.until)) if v
-    )
-    return (
-        "<h1>Delivery report</h1>"
-        f'<p class="muted">Journal: <code>{escape(d.source)}</code> · deliveries settled '
-        f"{escape(rng)}{limits} · generated {escape(when(d.generated_ms))}</p>"
-        "<p>The sidecar takes messages from queues of different priorities (0 is the most "
-        "urgent) and hands each to the app. This page shows whether urgent messages are "
-        "really served first: how long messages waited in their queue, how the app answered, "
-        "whether lower priorities were starved, and how many workers would keep waits short."
-        '</p><div class="tiles">'
-        + "".join(f'<div class="tile"><b>{escape(v)}</b>{escape(k)}</div>' for k, v in tiles)
-        + "</div>"
-    )
+    return {
+        "source": d.source,
+        "range_text": f"{when(d.first_ms)} → {when(d.last_ms)}",
+        "limits": [(k, v) for k, v in (("since", d.since), ("until", d.until)) if v],
+        "generated": when(d.generated_ms),
+        "tiles": tiles,
+    }
 
 
 def _series(d: PageData, key: str) -> tuple[dict[str, list[tuple[float, float]]], dict[str, str]]:
@@ -173,11 +141,12 @@ def _series(d: PageData, key: str) -> tuple[dict[str, list[tuple[float, float]]]
     return series, colours
 
 
-def _waits(d: PageData) -> str:
+def _waits(d: PageData) -> dict[str, Any]:
     charts = []
     for key, name in (("wait_p50_s", "median (p50)"), ("wait_p95_s", "p95"), ("wait_p99_s", "p99")):
         series, colours = _series(d, key)
-        charts.append(line_chart(f"Queue wait, {name}, per hour", series, colours, duration))
+        chart = line_chart(f"Queue wait, {name}, per hour", series, colours, duration)
+        charts.append(Markup(chart))
     in_system = {int(r["priority"]): r for r in d.in_system}
     rows = [
         (
@@ -193,39 +162,15 @@ def _waits(d: PageData) -> str:
         )
         for r in d.summary
     ]
-    return (
-        "<h2>How long messages waited</h2><p>Queue wait is the time from a message entering "
-        "its queue to a worker taking it (first delivery). Processing is the app's time on "
-        "one delivery. Time in system runs from entering the queue to the final outcome, "
-        "retries included. p95 means 95% of messages did better than this value.</p>"
-        f'<div class="charts">{"".join(charts)}</div>'
-        + table(
-            [
-                "priority (queues)",
-                "messages",
-                "wait p50",
-                "wait p95",
-                "wait p99",
-                "processing p50",
-                "processing p95",
-                "processing p99",
-                "time in system p95",
-            ],
-            rows,
-        )
-    )
+    return {"wait_charts": charts, "wait_rows": rows}
 
 
-def _throughput(d: PageData) -> str:
+def _throughput(d: PageData) -> Markup:
     series, colours = _series(d, "completed")
-    chart = line_chart("Messages completed per hour", series, colours, lambda v: f"{v:,.0f}")
-    return (
-        "<h2>Throughput</h2><p>Messages that reached a final outcome (delivered, "
-        "dead-lettered or dropped) in each UTC hour.</p>" + chart
-    )
+    return Markup(line_chart("Messages completed per hour", series, colours, lambda v: f"{v:,.0f}"))
 
 
-def _outcomes(d: PageData) -> str:
+def _outcomes(d: PageData) -> dict[str, Any]:
     bars = [(_label(int(r["priority"])), {o: float(r[o]) for o in OUTCOMES}) for r in d.summary]
     chart = stacked_bars("How the app answered each delivery", bars, OUTCOME_COLOURS)
     rows = [
@@ -236,20 +181,11 @@ def _outcomes(d: PageData) -> str:
         )
         for r in d.summary
     ]
-    return (
-        "<h2>Outcomes</h2><p><b>ack</b>: the app accepted it · <b>retry</b>: it goes back "
-        "to the queue for another attempt · <b>dead</b>: given up, moved to the "
-        "dead-letter queue · <b>drop</b>: discarded on purpose (e.g. the app answered 404) · "
-        "<b>settle_failed</b>: the broker refused or failed the settle call, so it delivers "
-        "the message again (not completed)."
-        "</p>" + chart + table(["priority (queues)", "deliveries", *OUTCOMES], rows)
-    )
+    return {"outcome_chart": Markup(chart), "outcomes": list(OUTCOMES), "outcome_rows": rows}
 
 
-def _starvation(d: PageData) -> str:
-    if not d.starvation:
-        return "<h2>Starvation</h2><p>Only one priority in range: nothing can starve it.</p>"
-    rows = [
+def _starvation(d: PageData) -> Cells:
+    return [
         (
             _label(s.priority),
             f"{s.windows:,}",
@@ -260,27 +196,9 @@ def _starvation(d: PageData) -> str:
         )
         for s in d.starvation
     ]
-    return (
-        "<h2>Starvation of lower priorities</h2><p>A starvation window is a stretch of time "
-        "in which a priority had messages waiting, none of them was taken, and more urgent "
-        "messages were served instead; its oldest waiting message aged by the whole window. "
-        "Long windows are expected under strict scheduling when urgent traffic is heavy; "
-        "weighted scheduling bounds them.</p>"
-        + table(
-            [
-                "priority",
-                "windows",
-                "longest window",
-                "from",
-                "to",
-                "more urgent deliveries meanwhile",
-            ],
-            rows,
-        )
-    )
 
 
-def _capacity(d: PageData) -> str:
+def _capacity(d: PageData) -> dict[str, Any]:
     rows = [
         (
             _label(c.priority),
@@ -294,56 +212,24 @@ def _capacity(d: PageData) -> str:
         )
         for c in d.capacity
     ]
-    need = d.capacity[-1].workers_needed if d.capacity else None
-    verdict = (
-        ""
-        if need is None
-        else f"<p><b>To keep 95% of every priority's waits under {duration(d.target_wait_s)}, "
-        f"about {need} worker{'s' if need != 1 else ''} needed</b>; at most "
-        f"{d.observed_peak} deliveries were in flight at once in this journal.</p>"
-    )
-    return (
-        "<h2>Capacity</h2>"
-        + verdict
-        + "<p>Model: M/M/c (Erlang C). Deliveries arrive at random at the observed rate and "
-        "take a random time with the observed mean; a priority competes with itself and all "
-        "more urgent priorities, so its row sizes the workers for all of that traffic. Busy "
-        "workers mean offered load (deliveries per second &times; mean time). Real traffic is "
-        "burstier than the model, and the least urgent priority waits longer under strict "
-        "scheduling than the model says: read the figures as lower bounds.</p>"
-        + table(
-            [
-                "priority",
-                "deliveries per hour",
-                "mean time per delivery",
-                "busy workers (this priority)",
-                "busy workers (this and more urgent)",
-                f"workers for p95 wait ≤ {duration(d.target_wait_s)}",
-                "observed max in flight",
-                "observed mean in flight",
-            ],
-            rows,
-        )
-    )
+    return {
+        "capacity_rows": rows,
+        "workers_needed": d.capacity[-1].workers_needed if d.capacity else None,
+        "target_wait": duration(d.target_wait_s),
+        "observed_peak": d.observed_peak,
+    }
 
 
-def _reasons(d: PageData) -> str:
-    if not d.reasons:
-        return "<h2>Dead letters and drops</h2><p>None in range.</p>"
-    rows = [
+def _reasons(d: PageData) -> Cells:
+    return [
         (_label(r["priority"]), r["queue"], r["outcome"], r["reason"], f"{r['messages']:,}")
         for r in d.reasons
     ]
-    return (
-        "<h2>Dead letters and drops</h2><p>Why messages were given up or discarded, "
-        "most frequent first.</p>"
-        + table(["priority", "queue", "outcome", "reason", "messages"], rows, left=4)
-    )
 
 
-def _attempts(d: PageData) -> str:
+def _attempts(d: PageData) -> dict[str, Any]:
     if not d.attempts:
-        return ""
+        return {"attempt_rows": [], "attempt_heads": []}
     top = max(int(r["attempts"]) for r in d.attempts)
     cols = list(range(1, min(top, 10) + 1))
     grid: dict[tuple[int, str], dict[int, int]] = {}
@@ -358,20 +244,19 @@ def _attempts(d: PageData) -> str:
     heads = [f"{c} deliver{'y' if c == 1 else 'ies'}" for c in cols]
     if top > 10:
         heads[-1] = "10+ deliveries"
-    return (
-        "<h2>Attempts until the final outcome</h2><p>How many deliveries each message "
-        "needed; <i>in_progress</i> messages were still being retried when the journal "
-        "ends.</p>" + table(["priority", "final outcome", *heads], rows, left=2)
-    )
+    return {"attempt_rows": rows, "attempt_heads": heads}
 
 
-def _quality(d: PageData) -> str:
+def _quality(d: PageData) -> dict[str, Any]:
     c = d.counts
     rows = [
         ("valid, in range", f"{c.valid:,}", "aggregated on this page"),
         ("valid, outside --since/--until", f"{c.out_of_range:,}", "skipped"),
-        ("released unseen", f"{c.released:,}",
-         "surplus of a wake-up handed back before the app saw it: no delivery"),
+        (
+            "released unseen",
+            f"{c.released:,}",
+            "surplus of a wake-up handed back before the app saw it: no delivery",
+        ),
         (
             "malformed",
             f"{c.malformed:,}",
@@ -380,40 +265,28 @@ def _quality(d: PageData) -> str:
         ("unknown schema version", f"{c.unknown_version:,}", "written by a newer sidecar"),
         ("invalid", f"{c.invalid:,}", "a required field missing or an unknown outcome"),
     ]
-    samples = "".join(
-        f"<p><b>{escape(k)}</b> examples:</p>" + "".join(f"<pre>{escape(s)}</pre>" for s in v)
-        for k, v in sorted(c.samples.items())
-    )
-    cls = ' class="bad"' if c.bad else ""
-    return (
-        f"<h2>Journal lines</h2><p{cls}>{c.total:,} lines read, {c.bad:,} could not be "
-        "used; they are counted here and otherwise ignored.</p>"
-        + table(["kind", "lines", "meaning"], rows, left=(0, 2))
-        + samples
-    )
+    return {
+        "total_lines": f"{c.total:,}",
+        "bad_lines": c.bad,
+        "bad_lines_text": f"{c.bad:,}",
+        "quality_rows": rows,
+        "samples": sorted(c.samples.items()),
+    }
 
 
-def _glossary(d: PageData) -> str:
-    terms = [
-        ("priority", "0 is the most urgent; each queue has one priority."),
-        (
-            "delivery / attempt",
-            "one hand-over of a message to the app; a retried message is delivered again.",
-        ),
-        ("queue wait", "from entering the queue to the first delivery (received - enqueued)."),
-        ("processing", "from the request to the app to the settled outcome (settled - forwarded)."),
-        ("time in system", "from entering the queue to its final outcome."),
-        (
-            "p50 / p95 / p99",
-            "the value 50 / 95 / 99 % of messages stayed under (approximate "
-            "percentiles, rank error below 0.01 %).",
-        ),
-        ("hours", "UTC hours of the moment each delivery was settled."),
-    ]
-    tables = table(["table", "Parquet path"], sorted(d.tables.items()), left=2)
-    return (
-        "<h2>Glossary</h2>"
-        + table(["term", "meaning"], terms, left=2)
-        + "<h2>Data tables</h2><p>Every figure comes from these Parquet tables.</p>"
-        + tables
-    )
+GLOSSARY = [
+    ("priority", "0 is the most urgent; each queue has one priority."),
+    (
+        "delivery / attempt",
+        "one hand-over of a message to the app; a retried message is delivered again.",
+    ),
+    ("queue wait", "from entering the queue to the first delivery (received - enqueued)."),
+    ("processing", "from the request to the app to the settled outcome (settled - forwarded)."),
+    ("time in system", "from entering the queue to its final outcome."),
+    (
+        "p50 / p95 / p99",
+        "the value 50 / 95 / 99 % of messages stayed under (approximate "
+        "percentiles, rank error below 0.01 %).",
+    ),
+    ("hours", "UTC hours of the moment each delivery was settled."),
+]

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from priority_pubsub.analytics import tables as T
-from priority_pubsub.analytics.capacity import CapacityRow, capacity, observed_peak
+from priority_pubsub.analytics.capacity import CapacityRow, capacity, max_in_flight, observed_peak
 from priority_pubsub.analytics.load import LineCounts, load
 from priority_pubsub.analytics.page import PageData, render
 from priority_pubsub.analytics.starvation import StarvationRow, collect_rows, starvation
+from priority_pubsub.analytics.tuning import Steps, tune
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,6 +54,9 @@ class ReportSummary:
     observed_peak: int = 0
     workers_needed: int | None = None
     elapsed_s: float = 0.0
+    shuffle_partitions: int | None = None
+    steps_s: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of each step (the Spark jobs of step X are described ``report: X``)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -122,10 +126,13 @@ def _run(
     target_wait_s: float,
 ) -> ReportSummary:
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+    partitions = tune(spark, journal_glob)
+    steps = Steps(spark)
     out = Path(out_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
     since_ms, until_ms, since, until = bounds
-    loaded = load(spark, journal_glob, since_ms, until_ms)
+    with steps.step("parse and cache"):
+        loaded = load(spark, journal_glob, since_ms, until_ms, derive=T.with_derived)
     try:
         page = PageData(
             source=journal_glob,
@@ -135,7 +142,7 @@ def _run(
             since=None if since is None else str(since),
             until=None if until is None else str(until),
         )
-        _fill(spark, T.with_derived(loaded.valid), out, page)
+        _fill(spark, loaded.valid, out, page, steps)
     finally:
         loaded.release()
     html_path = out / "report.html"
@@ -153,16 +160,21 @@ def _run(
         capacity=page.capacity,
         observed_peak=page.observed_peak,
         workers_needed=page.capacity[-1].workers_needed if page.capacity else None,
+        shuffle_partitions=partitions,
+        steps_s=steps.seconds,
     )
 
 
-def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData) -> None:
-    """Write every table, then read back (small) what the page shows."""
+def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, steps: Steps) -> None:
+    """Write every table, then read back (small) what the page shows. Each step is one or
+    two Spark jobs over the cached frame; nothing collected grows with the record count."""
     from pyspark.sql import functions as F
 
-    rolled = T.rollup(derived).persist()
-    paths = _write_tables(derived, rolled, out)
-    coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
+    with steps.step("rollup"):
+        rolled = T.rollup(derived).persist()
+        coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
+    with steps.step("hourly"):
+        paths = {"hourly": _write(T.hourly(rolled), out, "hourly")}
     rolled.unpersist()
     page.summary = sorted(
         (r for r in coarse if r["level"] == T.LEVEL_PRIORITY), key=lambda r: r["priority"]
@@ -170,30 +182,28 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData) ->
     page.hourly = _hourly_rows([r for r in coarse if r["level"] == T.LEVEL_PRIORITY_HOUR])
     page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
     page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
+    with steps.step("attempts"):
+        paths["attempts"] = _write(T.attempts_distribution(derived), out, "attempts")
+    with steps.step("dead letters"):
+        paths["dead_letters"] = _write(T.dead_letters(derived), out, "dead_letters")
+        page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
+    with steps.step("lifecycle"):
+        paths["lifecycle"] = _write(T.lifecycle(derived), out, "lifecycle")
+        life = spark.read.parquet(paths["lifecycle"])
+        page.in_system = _rows(T.time_in_system(life))
+        page.attempts = _rows(T.lifecycle_summary(life))
 
     priorities = [int(r["priority"]) for r in page.summary]
-    paths["starvation"] = _write(starvation(spark, derived, priorities), out, "starvation")
-    page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
-    page.capacity = capacity(derived, page.target_wait_s)
-    page.observed_peak = observed_peak(derived)
-    rows = [asdict(c) for c in page.capacity]
-    paths["capacity"] = _write_rows(spark, rows, out, "capacity")
-
-    life = spark.read.parquet(paths["lifecycle"])
-    page.in_system = _rows(T.time_in_system(life))
-    page.attempts = _rows(T.lifecycle_summary(life))
-    page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
+    with steps.step("starvation"):
+        paths["starvation"] = _write(starvation(spark, derived, priorities), out, "starvation")
+        page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
+    with steps.step("capacity"):
+        peaks = max_in_flight(derived)
+        page.capacity = capacity(derived, page.target_wait_s, peaks)
+        page.observed_peak = observed_peak(peaks)
+        rows = [asdict(c) for c in page.capacity]
+        paths["capacity"] = _write_rows(spark, rows, out, "capacity")
     page.tables = paths
-
-
-def _write_tables(derived: DataFrame, rolled: DataFrame, out: Path) -> dict[str, str]:
-    """The big tables, written by the executors (never collected)."""
-    return {
-        "hourly": _write(T.hourly(rolled), out, "hourly"),
-        "attempts": _write(T.attempts_distribution(derived), out, "attempts"),
-        "dead_letters": _write(T.dead_letters(derived), out, "dead_letters"),
-        "lifecycle": _write(T.lifecycle(derived), out, "lifecycle"),
-    }
 
 
 def _write(frame: DataFrame, out: Path, name: str) -> str:

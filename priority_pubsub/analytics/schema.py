@@ -31,6 +31,7 @@ __all__ = [
     "OUTCOMES",
     "READABLE_VERSIONS",
     "RECORD_OUTCOMES",
+    "REPORT_FIELDS",
     "SCHEMA_VERSION",
     "journal_struct",
     "require_fields",
@@ -46,11 +47,13 @@ def require_fields(*names: str) -> None:
         raise RuntimeError(f"journal schema v{SCHEMA_VERSION} has no field(s) {missing}")
 
 
-# the fields the report's expressions name (the rest are carried, never referenced)
-require_fields(
-    "v", "message_id", "queue", "priority", "attempt", "enqueued_ms", "received_ms",
+REPORT_FIELDS = (
+    "message_id", "queue", "priority", "attempt", "enqueued_ms", "received_ms",
     "forwarded_ms", "settled_ms", "outcome", "reason", "bytes",
 )  # fmt: skip
+"""The fields the report's tables read: the only ones kept in the cached frame."""
+# the fields the report's expressions name (the rest are parsed for validation only)
+require_fields("v", *REPORT_FIELDS)
 
 
 def required_field_names() -> list[str]:

@@ -67,30 +67,96 @@ def _events(derived: DataFrame, targets: DataFrame, lowest_target: int) -> DataF
     return enqueues.unionByName(receives).unionByName(higher)
 
 
+STARVATION_BUCKET_MS = 60_000
+
+
 def _windows(events: DataFrame) -> DataFrame:
-    """Every receive of a target priority with its previous anchor and the higher count."""
+    """Every receive of a target priority with its previous anchor and the higher count.
+
+    The running sums (backlog, higher-priority receives) and "the last anchor before" are
+    computed in two levels, so no task holds more than one minute of one target: first per
+    minute (a small frame), what the minute starts from (backlog, higher count, the last
+    anchor of the minutes before); then within each minute, partitioned by (target, minute).
+    One window over all of a target's events put them all in one task: at 10 M records it
+    ran out of memory."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    ordered = Window.partitionBy("target").orderBy("t", "kind")
-    upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = ordered.rowsBetween(Window.unboundedPreceding, -1)
-    running = events.withColumn("backlog", F.sum("delta").over(upto)).withColumn(
-        "higher_seen", F.sum((F.col("kind") == _HIGHER).cast("long")).over(upto)
+    higher = (F.col("kind") == _HIGHER).cast("long")
+    events = events.withColumn("bucket", F.floor(F.col("t") / STARVATION_BUCKET_MS))
+    minutes = events.groupBy("target", "bucket").agg(
+        F.sum("delta").alias("net"), F.sum(higher).alias("higher_n")
+    )
+    before_minute = (
+        Window.partitionBy("target").orderBy("bucket").rowsBetween(Window.unboundedPreceding, -1)
+    )
+    starts = minutes.select(
+        "target",
+        "bucket",
+        F.coalesce(F.sum("net").over(before_minute), F.lit(0)).alias("backlog0"),
+        F.coalesce(F.sum("higher_n").over(before_minute), F.lit(0)).alias("higher0"),
+    )
+    marked = _marked(events.join(starts, ["target", "bucket"]))
+    order = F.col("t") * 4 + F.col("kind")  # (t, kind) as one long: kind is 0..2
+    anchors = (
+        marked.where(F.col("anchor_t").isNotNull())
+        .groupBy("target", "bucket")
+        .agg(
+            F.max_by("anchor_t", order).alias("last_t"),
+            F.max_by("anchor_higher", order).alias("last_higher"),
+        )
+    )
+    carried = (
+        minutes.select("target", "bucket")
+        .join(anchors, ["target", "bucket"], "left")
+        .select(
+            "target",
+            "bucket",
+            F.last("last_t", ignorenulls=True).over(before_minute).alias("carry_t"),
+            F.last("last_higher", ignorenulls=True).over(before_minute).alias("carry_higher"),
+        )
+    )
+    inside_before = (
+        Window.partitionBy("target", "bucket")
+        .orderBy("t", "kind")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    receives = (
+        marked.withColumn("prev_t", F.last("anchor_t", ignorenulls=True).over(inside_before))
+        .withColumn("prev_higher", F.last("anchor_higher", ignorenulls=True).over(inside_before))
+        .where(F.col("kind") == _RECEIVE)
+        .join(carried, ["target", "bucket"])
+    )
+    prev_higher = F.coalesce(F.col("prev_higher"), F.col("carry_higher"))
+    return receives.select(
+        "target",
+        F.coalesce(F.col("prev_t"), F.col("carry_t")).alias("start_ms"),
+        F.col("t").alias("end_ms"),
+        (F.col("higher_seen") - prev_higher).alias("higher"),
+    )
+
+
+def _marked(events: DataFrame) -> DataFrame:
+    """Events with the running backlog and higher count (from their minute's start values),
+    and, on anchors, the anchor's time and higher count."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    upto = (
+        Window.partitionBy("target", "bucket")
+        .orderBy("t", "kind")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    running = events.withColumn(
+        "backlog", F.col("backlog0") + F.sum("delta").over(upto)
+    ).withColumn(
+        "higher_seen",
+        F.col("higher0") + F.sum((F.col("kind") == _HIGHER).cast("long")).over(upto),
     )
     starts = (F.col("kind") == _ENQ) & (F.col("backlog") == 1)
     is_anchor = starts | (F.col("kind") == _RECEIVE)
-    marked = running.withColumn("anchor_t", F.when(is_anchor, F.col("t"))).withColumn(
+    return running.withColumn("anchor_t", F.when(is_anchor, F.col("t"))).withColumn(
         "anchor_higher", F.when(is_anchor, F.col("higher_seen"))
-    )
-    with_prev = marked.withColumn(
-        "prev_t", F.last("anchor_t", ignorenulls=True).over(before)
-    ).withColumn("prev_higher", F.last("anchor_higher", ignorenulls=True).over(before))
-    return with_prev.where(F.col("kind") == _RECEIVE).select(
-        "target",
-        F.col("prev_t").alias("start_ms"),
-        F.col("t").alias("end_ms"),
-        (F.col("higher_seen") - F.col("prev_higher")).alias("higher"),
     )
 
 

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 PERCENTILES = (0.5, 0.95, 0.99)
 PERCENTILE_ACCURACY = 10_000
 KEYS = ("queue", "priority", "hour")
+ATTEMPT_SLOTS = 1024
+"""Attempt numbers that order a message's records settled in one millisecond."""
 
 
 def with_derived(valid: DataFrame) -> DataFrame:
@@ -131,15 +133,24 @@ def lifecycle(derived: DataFrame) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    order = F.struct(F.col("settled_ms"), F.col("attempt"))
+    # Every aggregate here keeps a fixed-width buffer, so Spark hash-aggregates. A string
+    # in a buffer (max_by of the outcome text by a struct) forced a sort aggregate: two
+    # sorts of every record by (queue, message_id), the slowest step of the report's plan.
+    # So the last outcome is its index in OUTCOMES, ordered by one long (settle ms, attempt).
+    outcome_code = F.array_position(F.array(*map(F.lit, OUTCOMES)), F.col("outcome"))
+    order = F.col("settled_ms") * ATTEMPT_SLOTS + F.least(
+        F.col("attempt"), F.lit(ATTEMPT_SLOTS - 1)
+    )
     last = derived.groupBy("queue", "message_id").agg(
-        F.first("priority").alias("priority"),
+        F.max("priority").alias("priority"),
         F.max("attempt").alias("attempts"),
         F.count("*").alias("deliveries"),
-        F.max_by("outcome", order).alias("last_outcome"),
+        F.max_by(outcome_code, order).alias("last_code"),
         F.min("enqueued_ms").alias("enqueued_ms"),
         F.max("settled_ms").alias("last_settled_ms"),
     )
+    outcomes = F.array(*map(F.lit, OUTCOMES))
+    last = last.withColumn("last_outcome", F.element_at(outcomes, F.col("last_code").cast("int")))
     final = F.col("last_outcome").isin(*FINAL_OUTCOMES)
     in_system = (F.col("last_settled_ms") - F.col("enqueued_ms")) / 1000.0
     return last.select(

@@ -5,7 +5,9 @@ Delivery (dapr ``pkg/runtime/subscription/postman/grpc/grpc.go`` ``Deliver``):
 answer's status SUCCESS acks (an empty answer is SUCCESS: proto3's default), RETRY and any
 unknown status retry, DROP drops; a gRPC error retries, except UNIMPLEMENTED, which daprd
 treats as done: it returns success, so the message is acked and never dead-lettered (logged
-as a warning and journaled with its reason).
+as a warning and journaled with its reason). UNAVAILABLE because the channel could not
+connect (the call never reached the app) is a release, as the HTTP forwarder's connect-phase
+failure: the app health gate pauses receiving and the message is not counted.
 
 Start-up (``pkg/runtime/pubsub/subscriptions.go`` ``GetSubscriptionsGRPC``):
 ``ListTopicSubscriptions``; UNIMPLEMENTED means none; a subscription without routes gets
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from priority_pubsub.app_channel.address import grpc_target
 from priority_pubsub.app_channel.envelope import EnvelopeError, grpc_metadata, topic_event_request
+from priority_pubsub.app_health import NOT_REACHABLE
 from priority_pubsub.config import AppConfig
 from priority_pubsub.dapr.discovery import AppNotAnswering
 from priority_pubsub.dapr.routing import Rule
@@ -37,7 +40,15 @@ if TYPE_CHECKING:
 
 log = get_logger("priority_pubsub.delivery")
 LIST_SOURCE = "ListTopicSubscriptions"
-_UNLIMITED = (("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1))
+_OPTIONS = (
+    ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
+    # after an outage the app is used again as soon as the health gate opens, not after
+    # gRPC's default reconnect backoff (up to 120 s, failing calls fast meanwhile)
+    ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+_CONNECT_FAILURES = ("failed to connect to all addresses", "dns resolution failed")
+"""UNAVAILABLE details of gRPC core when no connection was made (nothing was sent)."""
 
 
 class GrpcAppChannel:
@@ -53,7 +64,7 @@ class GrpcAppChannel:
         import grpc
         from dapr.proto.runtime.v1.appcallback_pb2_grpc import AppCallbackStub
 
-        self._channel = grpc.aio.insecure_channel(self._target, options=_UNLIMITED)
+        self._channel = grpc.aio.insecure_channel(self._target, options=_OPTIONS)
         self._stub = AppCallbackStub(self._channel)
 
     async def close(self) -> None:
@@ -86,9 +97,18 @@ class GrpcAppChannel:
             log.warning("non-retriable error returned from app: acked", event_id=event_id,
                         reason=reason[:300])
             return Outcome(Kind.ACK, None, reason[:300])
+        if code is grpc.StatusCode.UNAVAILABLE and _never_connected(exc):
+            return Outcome.release(f"{NOT_REACHABLE}: gRPC UNAVAILABLE: {exc.details()}"[:300])
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return Outcome.retry(f"app did not answer within {self._app.timeout_s:g}s")
         return Outcome.retry(f"app returned gRPC {code.name}: {exc.details()}"[:300])
+
+
+def _never_connected(exc: grpc.aio.AioRpcError) -> bool:
+    """The call failed before any connection to the app (refused, DNS): an UNAVAILABLE the
+    app itself answered, or a connection lost mid-call, is an ordinary failure."""
+    details = (exc.details() or "").lower()
+    return any(marker in details for marker in _CONNECT_FAILURES)
 
 
 def status_outcome(status: int) -> Outcome:
@@ -159,9 +179,12 @@ def subscriptions_from_grpc(found: list[TopicSubscription]) -> list[Subscription
     return subscriptions
 
 
-async def app_callback_health(app_url: str, timeout_s: float) -> str | None:
+async def app_callback_health(
+    app_url: str, timeout_s: float, *, unimplemented_ok: bool = False
+) -> str | None:
     """daprd's health probe for gRPC apps (``AppCallbackHealthCheck.HealthCheck``): None when
-    the app answers, else why not. For the app health gate."""
+    the app answers, else why not. For the app health gate. ``unimplemented_ok``: an app that
+    answers UNIMPLEMENTED (no health service) counts as up: it is listening."""
     import grpc
     from dapr.proto.runtime.v1.appcallback_pb2_grpc import AppCallbackHealthCheckStub
     from google.protobuf.empty_pb2 import Empty
@@ -171,6 +194,8 @@ async def app_callback_health(app_url: str, timeout_s: float) -> str | None:
             await asyncio.wait_for(
                 AppCallbackHealthCheckStub(channel).HealthCheck(Empty()), timeout_s)
         except grpc.aio.AioRpcError as exc:
+            if unimplemented_ok and exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                return None
             return f"app health check failed: {exc.code().name}: {exc.details()}"
         except TimeoutError:
             return f"app health check did not answer within {timeout_s:g}s"

@@ -48,6 +48,8 @@ class Mapped:
     """Metadata keys acted on; every other key gets a "read but not honoured" warning."""
     environment: dict[str, str] = field(default_factory=dict)
     """Variables for this process (credentials the driver's SDK chain reads first)."""
+    warnings: tuple[str, ...] = ()
+    """Metadata this kind reads and decides against (with why), beyond "not honoured"."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,10 @@ def _load_builtin() -> None:
     if _BUILTIN_LOADED:
         return
     _BUILTIN_LOADED.append(True)
+    from priority_pubsub.dapr.rabbitmq_kind import RabbitMQ
+    from priority_pubsub.dapr.redis_kind import RedisStreams
     from priority_pubsub.dapr.snssqs import SnsSqs
 
-    for kind in (SnsSqs(), GcpPubSub(), ServiceBusTopics(), ServiceBusQueues()):
+    for kind in (SnsSqs(), GcpPubSub(), ServiceBusTopics(), ServiceBusQueues(), RedisStreams(),
+                 RabbitMQ()):
         _KINDS.setdefault(kind.type, kind)  # a kind registered earlier replaces the built-in

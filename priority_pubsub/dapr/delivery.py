@@ -76,7 +76,10 @@ class DaprDelivery:
         if topic is None:
             return Outcome.dead(f"no subscription for topic {unwrapped.topic_key!r} on queue "
                                 f"{message.queue}")
-        metadata = {**unwrapped.metadata, PUBSUB_METADATA_KEY: plan.component.name}
+        # the broker's system properties after the publisher's, as daprd's Service Bus
+        # component sets them (message_pubsub.go addMessageAttributesToMetadata)
+        system = {f"metadata.{name}": value for name, value in message.broker_properties.items()}
+        metadata = {**unwrapped.metadata, **system, PUBSUB_METADATA_KEY: plan.component.name}
         return Decoded(unwrapped.data, topic, plan.subscriptions[topic], metadata)
 
     def prepare(self, message: Message, payload: Payload) -> Prepared | Outcome:

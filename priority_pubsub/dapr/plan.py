@@ -6,7 +6,7 @@ component's metadata implies (config.yaml wins over each of them).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from priority_pubsub.dapr.components import (
@@ -18,6 +18,7 @@ from priority_pubsub.dapr.components import (
 )
 from priority_pubsub.dapr.manifests import Component, Manifest, parse_component
 from priority_pubsub.dapr.options import DaprConfig
+from priority_pubsub.dapr.resiliency import resilience
 from priority_pubsub.dapr.secrets import SECRET_STORE_PREFIX, resolve_metadata
 from priority_pubsub.dapr.subscriptions import Subscription, from_manifest, merge
 from priority_pubsub.errors import ConfigError
@@ -47,6 +48,8 @@ class DaprPlan:
     """Info lines: what was skipped and why."""
     warnings: tuple[str, ...] = ()
     """Settings read but not honoured, and other things the user should look at."""
+    resilience: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Sections a ``Resiliency`` manifest implies (``retry``, ``app``), over the component's."""
 
     def topic_of(self, queue: str, topic_key: str | None) -> str | None:
         """The topic of a message on ``queue`` (``topic_key`` as the broker names it)."""
@@ -62,12 +65,15 @@ class DaprPlan:
 
     def settings(self) -> dict[str, Any]:
         """The settings this plan implies, for config.yaml to be merged over."""
-        return {
+        settings: dict[str, Any] = {
             "driver": dict(self.mapped.driver),
             "queues": [{"name": q.name, "weight": q.weight} for q in self.queues],
             "app": {"fatal_codes": []},  # daprd has none: only 404 drops, the rest retries
             **self.mapped.settings,
         }
+        for section, values in self.resilience.items():
+            settings[section] = {**(settings.get(section) or {}), **values}
+        return settings
 
 
 def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
@@ -90,12 +96,15 @@ def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
     warnings += [f"{component.source}: Component {component.name}: metadata {key} is read but "
                  "not honoured by priority-pubsub" for key in context.metadata
                  if key not in mapped.honoured]
+    warnings += mapped.warnings
     warnings += _other_warnings(manifests, subscriptions, dapr)
     by_topic = {s.topic: s for s in subscriptions}
     topics = ordered_topics(subscriptions, dapr.priorities)
     queues = _queues(dapr, kind, context, topics, by_topic)
+    resilient = resilience(manifests, component.name, dapr.app_id)
+    warnings += resilient.warnings
     return DaprPlan(dapr.app_id, context, kind, by_topic, queues, mapped, tuple(notes),
-                    tuple(warnings))
+                    tuple(warnings), resilient.settings)
 
 
 def _declared(manifests: Sequence[Manifest], app_id: str, notes: list[str]
@@ -183,9 +192,7 @@ def _int(subscription: Subscription, key: str, default: int = 0) -> int:
 
 def _other_warnings(manifests: Sequence[Manifest], subscriptions: Sequence[Subscription],
                     dapr: DaprConfig) -> list[str]:
-    warnings = [f"{m.source}: {m.kind} {m.name} is read but not honoured by priority-pubsub"
-                for m in manifests if m.kind == "Resiliency"]
-    warnings += [f"{m.source}: {m.kind} {m.name} skipped (not used by priority-pubsub)"
+    warnings = [f"{m.source}: {m.kind} {m.name} skipped (not used by priority-pubsub)"
                  for m in manifests if m.kind in _IGNORED_KINDS]
     warnings += [f"{s.source}: bulkSubscribe is read but not honoured (one event per request)"
                  for s in subscriptions if s.bulk]

@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Action", "Mode", "Provisioned", "provision", "provision_blocking"]
 
-SELF_DECLARING = {"local": "the local driver creates its queues in its SQLite file at start"}
+SELF_DECLARING = {
+    "local": "the local driver creates its queues in its SQLite file at start",
+    "redis": "the redis driver declares its streams and consumer group at start "
+             "(XGROUP CREATE ... MKSTREAM), as Dapr's pubsub.redis does",
+}
 SERVICE_BUS_GAP = (
     "azure_servicebus: not provisioned. The SDK's ServiceBusAdministrationClient speaks the "
     "HTTP management (ATOM) API, which the test broker (tests/support/servicebus_broker.py, "

@@ -31,8 +31,8 @@ def build_service(settings: Settings, plan: DaprPlan | None) -> PublishService:
     entities = plan.kind.entities(plan.component, settings.driver.options())
     if entities is None:
         raise ConfigError(f"publish_api: publishing through {plan.component.type} is not "
-                          "supported yet (pubsub.aws.snssqs is); remove publish_api or keep "
-                          "daprd for publishing")
+                          "supported yet (pubsub.aws.snssqs and pubsub.redis are); remove "
+                          "publish_api or keep daprd for publishing")
     return PublishService(plan.component.name, api.app_id or plan.app_id,
                           ComponentSink(entities))
 

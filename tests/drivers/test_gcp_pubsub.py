@@ -361,3 +361,27 @@ def late_broker(
 
     with stack:
         yield LateBroker(queue, make_driver, bring_up, publish)
+
+
+async def test_grouped_acks_with_one_refused_id_fail_that_one_only(topology: Topology) -> None:
+    """Acks arriving together: the first goes alone at once, the rest in one acknowledge;
+    the broker refuses the request (one ack id it never issued), the driver repeats it per
+    id, and only that message fails: the others are acked and never come back."""
+    driver = await topology.driver(lease_s=2)
+    queue = topology.queues[0]
+    for n in range(4):
+        await topology.publish(queue, f"m{n}".encode(), {})
+    messages = await receive_all(driver, queue, 4)
+    assert len(messages) == 4
+    bad = messages[2]
+    bad.lease.token = "not-an-ack-id-the-broker-issued"
+    results = await asyncio.gather(*(driver.ack(m) for m in messages), return_exceptions=True)
+    failed = [i for i, r in enumerate(results) if r is not None]
+    assert failed == [2], results
+    assert isinstance(results[2], DriverError)
+    # the lone first ack, the grouped one (refused), then one per id of that group
+    assert driver.calls["acknowledge"] == 1 + 1 + 3
+    await asyncio.sleep(3)  # past the 2 s lease: only the unacked message comes back
+    again = await driver.receive(queue, 10, 3.0)  # one pull: everything available
+    assert [m.id for m in again] == [bad.id]
+    await driver.ack(again[0])

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -365,3 +367,44 @@ def late_broker(moto_server: MotoServer) -> Iterator[LateBroker]:
 
     with stack:
         yield LateBroker(queue, make_driver, bring_up, publish)
+
+
+@pytest.mark.parametrize(
+    ("settle", "single", "batch"),
+    [
+        ("ack", "DeleteMessage", "DeleteMessageBatch"),
+        ("retry", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch"),
+    ],
+)
+async def test_a_batch_with_one_stale_receipt_fails_that_one_only(
+    aws: Aws, settle: str, single: str, batch: str
+) -> None:
+    """Settles arriving together: the first goes alone at once, the rest in one batch call;
+    SQS refuses one entry (a receipt handle it does not know for this queue), and only that
+    message gets LeaseLost: the others are settled, none twice."""
+    queue, other = aws.queue("high"), aws.queue("other")
+    driver = await aws.driver((queue, other), None, lease_s=30)
+    for n in range(4):
+        await aws.send(queue, f"m{n}")
+    await aws.send(other, "elsewhere")
+    messages = await receive_all(driver, queue, 4)
+    [foreign] = await receive_all(driver, other, 1)
+    assert len(messages) == 4
+    stale = messages[2]
+    stale.lease.token = dataclasses.replace(stale.lease.token, handle=foreign.lease.token.handle)
+    before = Counter(driver.calls)
+
+    async def settle_one(message: Message) -> None:
+        if settle == "ack":
+            await driver.ack(message)
+        else:
+            await driver.retry(message, 30)  # back after 30 s: not visible during the test
+
+    results = await asyncio.gather(*(settle_one(m) for m in messages), return_exceptions=True)
+
+    assert [type(r).__name__ for r in results] == ["NoneType", "NoneType", "LeaseLost", "NoneType"]
+    assert Counter(driver.calls) - before == Counter({single: 1, batch: 1})
+    depth = await driver.depth(queue)
+    # ack: three deleted, the stale one still in flight; retry: all four in flight, none lost
+    assert (depth.visible, depth.in_flight) == ((0, 1) if settle == "ack" else (0, 4))
+    assert (await driver.depth(other)).in_flight == 1  # the foreign handle's owner: untouched

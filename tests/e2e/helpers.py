@@ -73,6 +73,13 @@ def samples(metrics_text: str, name: str) -> dict[tuple[tuple[str, str], ...], f
     return found
 
 
+def total(metrics_text: str, name: str, **labels: str) -> float:
+    """Sum of ``name`` over every sample whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(value for found, value in samples(metrics_text, name).items()
+               if wanted <= set(found))
+
+
 def assert_strict_with_a_late_high(received: list[Received], high: str, low: str) -> None:
     """Four high then six low were waiting; one more high ("late") was published after the
     sixth delivery: highs come first, and the late one overtakes the remaining lows at once."""

@@ -31,12 +31,14 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, wait_until
+from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, total, wait_until
 from tests.support.app import Received, RecordingApp, Reply
+from tests.support.servers import free_port
 from tests.support.sidecar import SidecarProcess, start_sidecar
 from tests.support.topologies.base import Topology, topology_config
 
@@ -44,6 +46,12 @@ from tests.support.topologies.base import Topology, topology_config
 def body(data: object) -> bytes:
     """A JSON body: the sidecar wraps it into a CloudEvent whose ``data`` is ``data``."""
     return json.dumps(data).encode()
+
+
+SETTLED = "priority_pubsub_messages_settled_total"
+APP_DOWN_RETRY = {"max_attempts": 3, "initial_delay_s": 0.5, "max_delay_s": 1}
+"""The whole schedule (0.5 s, then 1 s) is over within ~2 s: any outage longer than that would
+dead-letter every message if deliveries that never reached the app counted as attempts."""
 
 
 def _outcomes(directory: Path) -> list[str]:
@@ -64,6 +72,16 @@ class SidecarScenarios:
     again by the idle slot, and settles run concurrently."""
     replica_messages: ClassVar[int] = 40
     """Messages the two replicas share (0.2 s each, two at a time per replica)."""
+    app_down_messages: ClassVar[int] = 10
+    app_down_s: ClassVar[float] = 10.0
+    """The app-down scenario (issue 13): this many messages wait while the app is away this
+    long, far longer than the whole retry schedule (``APP_DOWN_RETRY``)."""
+    app_down_concurrency: ClassVar[int] = 4
+    app_down_delivered_timeout_s: ClassVar[float] = 90.0
+    counts_exactly: ClassVar[bool] = False
+    """The driver owns its delivery count and undoes it for a return (local): every message
+    reaches the app first as attempt 1, even those in hand when the app went away. Elsewhere
+    an outage costs the messages in hand one count (README "When the app is down")."""
 
     def config(self, topology: Topology, directory: Path, app: RecordingApp, queues: list[str],
                **overrides: Any) -> dict[str, Any]:
@@ -218,3 +236,51 @@ class SidecarScenarios:
         assert sorted(delivered) == list(range(self.replica_messages))
         assert set(delivered.values()) == {1}
         assert app.max_in_progress > 2  # both replicas really worked at once
+
+    def test_app_down_longer_than_the_retry_schedule_loses_nothing(
+        self, tmp_path: Path, topology: Topology
+    ) -> None:
+        queue = topology.queue("down", lease_s=30)
+        port, run = free_port(), uuid.uuid4().hex[:6]
+        config = topology_config(topology, tmp_path, f"http://127.0.0.1:{port}", [queue],
+                                 retry=APP_DOWN_RETRY, concurrency=self.app_down_concurrency,
+                                 lease={"duration_s": 30})
+        with RecordingApp(port=port) as app:
+            sidecar = self.start(tmp_path, config)
+            topology.publish(queue, body(f"warm-{run}"))
+            app.wait_for(1)
+        try:
+            for n in range(self.app_down_messages):
+                topology.publish(queue, body(f"{run}-{n}"))
+            went_down = time.monotonic()
+            wait_until(lambda: total(sidecar.metrics(), "priority_pubsub_app_up") == 0, 30)
+            time.sleep(max(0.0, self.app_down_s - (time.monotonic() - went_down)))
+            assert topology.dead_letters() == []
+            with RecordingApp(port=port) as app:
+                wait_until(lambda: total(sidecar.metrics(), SETTLED, outcome="ack")
+                           >= self.app_down_messages + 1, self.app_down_delivered_timeout_s)
+                seen = Counter(request.event["data"] for request in app.received)
+                metrics = sidecar.metrics()
+        finally:
+            assert sidecar.stop() == 0
+        assert set(seen) == {f"{run}-{n}" for n in range(self.app_down_messages)}
+        assert topology.dead_letters() == []
+        records = journal_records(tmp_path / "journal", releases=True)
+        outcomes = Counter(record["outcome"] for record in records)
+        assert outcomes["dead"] == outcomes["drop"] == 0, outcomes
+        acked = Counter(r["message_id"] for r in records if r["outcome"] == "ack")
+        assert len(acked) == self.app_down_messages + 1
+        assert set(acked.values()) == {1}
+        released = [r for r in records if r["outcome"] == "release"]
+        assert released, "the outage was never noticed"
+        assert all(r["reason"].startswith("app not reachable") for r in released), released
+        assert all(r["http_status"] is None for r in released)
+        # The pause bounds the cost: at most the messages in hand per outage.
+        pauses = total(metrics, "priority_pubsub_app_pauses_total", cause="unreachable")
+        assert pauses >= 1
+        assert len(released) <= self.app_down_concurrency * pauses
+        for outcome, count in outcomes.items():  # journal and metrics agree
+            assert total(metrics, SETTLED, outcome=outcome) == count, outcome
+        assert total(metrics, "priority_pubsub_app_up") == 1
+        if self.counts_exactly:
+            assert {r["attempt"] for r in records if r["outcome"] == "ack"} == {1}

@@ -65,6 +65,30 @@ def test_publish_from_data_stdin_and_file_with_attributes(tmp_path: Path) -> Non
     assert "--attr expects K=V" in bad.stderr
 
 
+def test_publish_refuses_an_invalid_cloudevent_in_one_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path, local_config(tmp_path, "http://127.0.0.1:1"))
+    kind = "application/cloudevents+json; charset=utf-8"
+    bad = {
+        b'{"specversion": "1.0", "id": "1", "source": "s"}': "type",
+        b'{"specversion": "0.9", "id": "1", "source": "s", "type": "t"}': "specversion",
+        b"[1, 2]": "not an object",
+        b"{not json": "not JSON",
+    }
+    for body, why in bad.items():
+        result = cli("publish", "high", "--content-type", kind, config=config, input_bytes=body)
+        assert result.returncode == 2, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "not a valid CloudEvent" in result.stderr
+        assert why in result.stderr
+    good = b'{"specversion": "1.0", "id": "1", "source": "s", "type": "t", "data": {"a": 1}}'
+    result = cli("publish", "high", "--content-type", kind, config=config, input_bytes=good)
+    assert result.returncode == 0, result.stderr
+    assert [r["body"] for r in queue_rows(tmp_path / "queues.db", "high")] == [good]  # only it
+    plain = cli("publish", "high", "--content-type", "application/json", "--data", "[1]",
+                config=config)  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+
+
 def test_publish_refuses_oversized_message_clearly(tmp_path: Path) -> None:
     config = local_config(tmp_path, "http://127.0.0.1:1")
     config["driver"]["max_message_bytes"] = 16
@@ -146,3 +170,35 @@ def test_driver_cross_field_checks_fail_check_offline_with_one_line(
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert expected in line, line
+
+
+def test_readme_hand_run_on_the_repo_config_with_the_sample_app(tmp_path: Path) -> None:
+    """The README's steps: the sample app on config.yaml's port, the sidecar on the repo's own
+    config.yaml (paths and ports moved into tmp_path), a publish, delivered and acked."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.e2e.helpers import journal_records, wait_until
+    from tests.support.sidecar import SidecarProcess
+
+    app_port = free_port()
+    config = yaml.safe_load((Path(__file__).parents[2] / "config.yaml").read_text())
+    config["driver"]["path"] = str(tmp_path / "queues.db")
+    config["journal"]["path"] = str(tmp_path / "journal")
+    config["app"]["url"] = f"http://127.0.0.1:{app_port}/tasks"
+    app = subprocess.Popen([sys.executable, "-m", "priority_pubsub.sample_app",
+                            "--port", str(app_port), "--task-ms", "10"])
+    sidecar = SidecarProcess(tmp_path, config)
+    try:
+        sidecar.wait_ready()
+        config_path = write_config(tmp_path, config, "published.yaml")
+        assert cli("publish", "tasks-high", "--data", '{"job": 1}',
+                   config=config_path).returncode == 0
+        wait_until(lambda: [r["outcome"] for r in journal_records(tmp_path / "journal")]
+                   == ["ack"])
+    finally:
+        assert sidecar.stop() == 0
+        app.terminate()
+        app.wait(10)

@@ -165,10 +165,10 @@ def test_daprd_flags_replace_the_config_and_a_dapr_only_flag_is_named(
     topic = unique("orders")
     resources = write_resources(tmp_path / "resources", snssqs_component("shop", moto_server),
                                 subscription_v2("orders", "shop", topic, default="/orders"))
-    wrong = cli("run", "--resources-path", str(resources), "--app-id", "a", "--dapr-http-port",
-                "3500")
+    wrong = cli("run", "--resources-path", str(resources), "--app-id", "a",
+                "--dapr-internal-grpc-port", "50002")
     assert wrong.returncode == 2
-    assert "daprd flag --dapr-http-port means nothing" in wrong.stderr
+    assert "daprd flag --dapr-internal-grpc-port means nothing" in wrong.stderr
     base = dapr_config(tmp_path, resources, "ignored", "http://127.0.0.1:1")
     del base["dapr"], base["app"]
     sidecar = start_sidecar(tmp_path, base, args=(

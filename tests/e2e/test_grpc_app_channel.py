@@ -8,6 +8,8 @@
 - A gRPC app of the tests' own shows DROP, UNIMPLEMENTED (acked, never dead-lettered: dapr
   ``pkg/runtime/subscription/postman/grpc/grpc.go`` returns success for it), a gRPC error
   (retried), the ``TopicEventRequest`` fields and the ``dapr-api-token`` metadata.
+- The app health gate with a gRPC app (issue 13): nothing is received before the app answers
+  ``AppCallbackHealthCheck``; an app gone away (UNAVAILABLE, no connection) costs no attempt.
 - Dapr mode with daprd's command line and ``--app-protocol grpc``: subscriptions from
   ``ListTopicSubscriptions``, events published through the component (SNS on moto).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from pathlib import Path
 
@@ -24,13 +27,13 @@ import pytest
 from dapr.proto.runtime.v1 import appcallback_pb2, dapr_pb2_grpc
 from dapr.proto.runtime.v1.pubsub_pb2 import PublishEventRequest
 
-from tests.e2e.helpers import journal_records, publish, queue_rows, wait_until
+from tests.e2e.helpers import journal_records, publish, queue_rows, total, wait_until
 from tests.support.app_venv import running_app
 from tests.support.dapr_resources import Sns, dapr_config, snssqs_component, write_resources
 from tests.support.grpc_app import DROP, RETRY, SUCCESS, GrpcApp
 from tests.support.moto_server import MotoServer
 from tests.support.servers import free_port
-from tests.support.sidecar import local_config, start_sidecar, write_config
+from tests.support.sidecar import SidecarProcess, local_config, start_sidecar, write_config
 
 PUBSUB_SIMPLE = Path(__file__).resolve().parents[1] / "thirdparty" / "python-sdk" / "pubsub-simple"
 SUBSCRIBER_PORT = 13551  # fixed in the pinned subscriber: app.run(13551)
@@ -131,6 +134,45 @@ def test_drop_unimplemented_and_errors_as_daprd(tmp_path: Path) -> None:
     assert dict(request.extensions)["queue"] == "ok"
     assert ok.metadata["dapr-api-token"] == "app-s3cret"
     assert ok.metadata["metadata.origin"] == "test"
+
+
+@pytest.mark.local
+def test_grpc_app_started_late_and_gone_away_costs_no_attempt(tmp_path: Path) -> None:
+    port = free_port()
+    retry = {"max_attempts": 3, "initial_delay_s": 0.5, "max_delay_s": 1}
+    config = local_config(tmp_path, f"grpc://127.0.0.1:{port}", queues=[{"name": "high"}],
+                          retry=retry, concurrency=2)
+    config_path = write_config(tmp_path, config, "publish.yaml")
+    publish(config_path, "high", '{"n": "early"}', count=5)
+    sidecar = SidecarProcess(tmp_path, config)
+    try:
+        time.sleep(5)  # longer than the whole retry schedule
+        assert all(row["attempts"] == 0 for row in queue_rows(tmp_path / "queues.db", "high"))
+        assert total(sidecar.metrics(), "priority_pubsub_app_up") == 0
+        with GrpcApp(port=port) as app:  # started 5 s after the sidecar
+            wait_until(lambda: len(app.calls) == 5, 30)
+            sidecar.wait_ready(10)
+        # gone: the next delivery cannot connect (UNAVAILABLE), receiving pauses
+        publish(config_path, "high", '{"n": "late"}', count=5)
+        wait_until(lambda: total(sidecar.metrics(), "priority_pubsub_app_up") == 0, 20)
+        time.sleep(5)
+        assert queue_rows(tmp_path / "queues.db", "dead") == []
+        with GrpcApp(port=port) as back:
+            wait_until(lambda: len(back.calls) == 5, 30)
+            wait_until(lambda: queue_rows(tmp_path / "queues.db", "high") == [], 10)
+            metrics = sidecar.metrics()
+    finally:
+        assert sidecar.stop() == 0
+    records = journal_records(tmp_path / "journal", releases=True)
+    acks = [r for r in records if r["outcome"] == "ack"]
+    assert len(acks) == 10
+    assert {r["attempt"] for r in acks} == {1}  # returns while unreachable were not attempts
+    released = [r for r in records if r["outcome"] == "release"]
+    assert released, "the outage was never noticed"
+    assert all(r["reason"].startswith("app not reachable: gRPC UNAVAILABLE") for r in released)
+    assert {r["outcome"] for r in records} == {"ack", "release"}
+    assert total(metrics, "priority_pubsub_app_pauses_total", cause="unreachable") >= 1
+    assert total(metrics, "priority_pubsub_app_up") == 1
 
 
 @pytest.mark.sqs

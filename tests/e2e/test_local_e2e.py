@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from tests.e2e.scenarios import SidecarScenarios
@@ -11,6 +13,10 @@ pytestmark = pytest.mark.local
 
 
 class TestLocalScenarios(SidecarScenarios):
+    app_down_messages: ClassVar[int] = 500  # issue 13's must-show size
+    app_down_s: ClassVar[float] = 30.0
+    counts_exactly: ClassVar[bool] = True  # the local driver undoes a return's count
+
     @pytest.fixture
     def topology(self, local_topology: LocalTopology) -> LocalTopology:
         return local_topology

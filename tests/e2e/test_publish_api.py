@@ -170,6 +170,32 @@ def test_bad_requests_get_daprds_codes_and_nothing_is_enqueued(tmp_path: Path) -
     assert queue_rows(tmp_path / "queues.db", "nope") == []
 
 
+@pytest.mark.local
+def test_daprd_api_flags_serve_the_publish_api(tmp_path: Path) -> None:
+    """``--dapr-http-port``/``--dapr-grpc-port``/``--max-body-size`` as on a daprd command line,
+    with no publish_api: section: both ports serve, the size limit holds."""
+    http_port, grpc_port = free_port(), free_port()
+    with RecordingApp() as app:
+        sidecar = start_sidecar(tmp_path, local_config(tmp_path, app.url), args=(
+            "--dapr-http-port", str(http_port), "--dapr-grpc-port", str(grpc_port),
+            "--max-body-size", "1Ki"))
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{http_port}", timeout=10) as client:
+                too_large = client.post("/v1.0/publish/pubsub/high", content=b"x" * 1025)
+                fits = client.post("/v1.0/publish/pubsub/high", content=b"x" * 1000)
+            with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+                dapr_pb2_grpc.DaprStub(channel).PublishEvent(
+                    PublishEventRequest(pubsub_name="pubsub", topic="normal", data=b"{}",
+                                        data_content_type="application/json"), timeout=10)
+            app.wait_for(2)
+        finally:
+            assert sidecar.stop() == 0
+    assert too_large.status_code == 500, too_large.text
+    assert too_large.json()["message"].endswith(": stream too large")
+    assert fits.status_code == 204
+    assert sorted(event["topic"] for event in app.events()) == ["high", "normal"]
+
+
 def _bad_requests(client: httpx.Client, token: dict[str, str]) -> dict[str, Any]:
     def call(path: str, body: bytes, headers: dict[str, str],
              params: dict[str, str] | None = None) -> tuple[int, Any]:

@@ -59,6 +59,21 @@ def _cases() -> dict[str, SecretCase]:
                                   f"SharedAccessKey={sas_key};UseDevelopmentEmulator=true"},
             (sas_key,),
         ),
+        "redis": SecretCase(
+            {"type": "redis", "connect_timeout_s": 1, "call_timeout_s": 1},
+            {"url": f"redis://app:redis-pw-4b8e2a@127.0.0.1:{closed}/0"},
+            ("redis-pw-4b8e2a",),
+        ),
+        "redis_password": SecretCase(  # the password alone, as a Kubernetes Secret gives it
+            {"type": "redis", "url": f"redis://127.0.0.1:{closed}/0", "connect_timeout_s": 1},
+            {"password": "redis-pw-alone-91c3"},
+            ("redis-pw-alone-91c3",),
+        ),
+        "rabbitmq": SecretCase(
+            {"type": "rabbitmq", "connect_timeout_s": 1},
+            {"url": f"amqp://rabbituser:rabbit-pw-4e2b9a@127.0.0.1:{closed}/"},
+            ("rabbit-pw-4e2b9a",),
+        ),
     }
 
 
@@ -127,7 +142,7 @@ def test_sdk_error_with_credentials_is_masked_in_check(tmp_path: Path) -> None:
     assert "sqs-pw-7c1d0e" not in online.stderr
 
 
-@pytest.mark.parametrize("driver", ["sqs", "azure_servicebus"])
+@pytest.mark.parametrize("driver", ["sqs", "azure_servicebus", "redis", "rabbitmq"])
 def test_sidecar_logs_never_show_a_secret(
     tmp_path: Path, app: RecordingApp, driver: str
 ) -> None:

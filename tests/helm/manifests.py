@@ -70,7 +70,8 @@ def check_custom_resource(doc: Doc) -> None:
         assert spec["minReplicaCount"] <= spec["maxReplicaCount"]
         assert spec["triggers"], "a ScaledObject needs at least one trigger"
         for trigger in spec["triggers"]:
-            assert trigger["type"] in {"aws-sqs-queue", "gcp-pubsub", "azure-servicebus"}
+            assert trigger["type"] in {"aws-sqs-queue", "gcp-pubsub", "azure-servicebus",
+                                       "redis-streams", "rabbitmq"}
             # KEDA rejects non-string metadata values.
             bad = {k: v for k, v in trigger["metadata"].items() if not isinstance(v, str)}
             assert not bad, f"non-string KEDA metadata: {bad}"
@@ -122,8 +123,15 @@ def sidecar_container(pod_spec: Doc) -> Doc:
     return candidates[0]
 
 
+def config_map(docs: Iterable[Doc]) -> Doc:
+    """The sidecar's config ConfigMap (Dapr mode renders a second one: the resources)."""
+    found = [d for d in find(docs, "ConfigMap") if "config.yaml" in d.get("data", {})]
+    assert len(found) == 1, f"expected one config ConfigMap, got {len(found)}"
+    return found[0]
+
+
 def config_of(docs: Iterable[Doc]) -> dict[str, Any]:
-    configmap = one(docs, "ConfigMap")
+    configmap = config_map(docs)
     loaded: dict[str, Any] = yaml.safe_load(configmap["data"]["config.yaml"])
     assert isinstance(loaded, dict)
     return loaded

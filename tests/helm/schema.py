@@ -22,6 +22,9 @@ SCHEMA_PATH = (
 )
 # Annotations only: they help no validator and differ between pydantic releases.
 _DROPPED_KEYS = frozenset({"title", "format", "writeOnly"})
+# Keys the chart passes as daprd's flags (dapr.resources.mountPath, dapr.appId: the flags
+# fill them in at start), so config.dapr may hold only the rest (priorities...).
+_FILLED_BY_THE_CHART = {"DaprConfig": frozenset({"resources_path", "app_id"})}
 
 
 def config_schema() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -32,6 +35,11 @@ def config_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     """
     raw = json.loads(json.dumps(Settings.model_json_schema()).replace("#/$defs/", "#/definitions/"))
     definitions = raw.pop("$defs", {})
+    for name, filled in _FILLED_BY_THE_CHART.items():
+        body = definitions[name]
+        body["required"] = [key for key in body.get("required", []) if key not in filled]
+        if not body["required"]:
+            del body["required"]
     return _clean(raw), {name: _clean(body) for name, body in sorted(definitions.items())}
 
 

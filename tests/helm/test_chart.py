@@ -16,6 +16,7 @@ from tests.helm.manifests import (
     EXAMPLES,
     SIDECAR,
     Doc,
+    config_map,
     config_of,
     one,
     run,
@@ -50,7 +51,7 @@ def _pod_spec(docs: list[Doc]) -> Doc:
 
 
 def test_every_driver_has_an_example() -> None:
-    assert {"local", "sqs", "gcp_pubsub", "azure_servicebus"} <= set(EXAMPLE_IDS)
+    assert {"local", "sqs", "gcp_pubsub", "azure_servicebus", "redis"} <= set(EXAMPLE_IDS)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=EXAMPLE_IDS)
@@ -88,7 +89,7 @@ def test_sidecar_wiring(helm: Helm, example: Path) -> None:
 
     config_mount = mounts["priority-pubsub-config"]["mountPath"]
     assert env["PRIORITY_PUBSUB_CONFIG"]["value"] == f"{config_mount}/config.yaml"
-    configmap = one(docs, "ConfigMap")["metadata"]["name"]
+    configmap = config_map(docs)["metadata"]["name"]
     assert volumes["priority-pubsub-config"]["configMap"]["name"] == configmap
     assert set(mounts) <= set(volumes)
     assert mounts["priority-pubsub-data"]["mountPath"] == "/data"
@@ -108,7 +109,8 @@ def test_sidecar_wiring(helm: Helm, example: Path) -> None:
 
     grace = math.ceil(config["shutdown"]["grace_s"])
     # SQS: the driver waits on close for a long poll it cannot interrupt.
-    long_poll = config["driver"].get("wait_time_s", 20) if config["driver"]["type"] == "sqs" else 0
+    driver = config.get("driver") or {}  # Dapr mode: the driver comes from the resources
+    long_poll = driver.get("wait_time_s", 20) if driver.get("type") == "sqs" else 0
     assert pod["terminationGracePeriodSeconds"] == grace + 15 + long_poll
     app = next(c for c in pod["containers"] if c["name"] == "app")
     assert app["lifecycle"]["preStop"]["sleep"]["seconds"] == grace
@@ -170,6 +172,10 @@ def test_config_change_rolls_the_pods(helm: Helm) -> None:
         ("azure_servicebus", "azure-servicebus",
          {"queueName": "tasks-high", "messageCount": "4",
           "connectionFromEnv": "PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING"}),
+        ("redis", "redis-streams",
+         {"address": "redis-master.data.svc.cluster.local:6380", "stream": "tasks-high",
+          "consumerGroup": "big-server", "lagCount": "4", "databaseIndex": "0",
+          "enableTLS": "true", "passwordFromEnv": "PRIORITY_PUBSUB_DRIVER__PASSWORD"}),
     ],
 )
 def test_keda_scales_on_the_highest_priority_queue(
@@ -183,11 +189,12 @@ def test_keda_scales_on_the_highest_priority_queue(
     assert trigger["metadata"] == expected
     # KEDA owns the replica count.
     assert "replicas" not in one(docs, "Deployment")["spec"]
-    if "connectionFromEnv" in expected:
+    from_env = expected.get("connectionFromEnv") or expected.get("passwordFromEnv")
+    if from_env:
         container = scaled["scaleTargetRef"]["envSourceContainerName"]
         env = {e["name"] for e in sidecar_container(_pod_spec(docs))["env"]}
         assert container == SIDECAR
-        assert expected["connectionFromEnv"] in env
+        assert from_env in env
 
 
 def test_keda_sqs_uses_the_configured_queue_url(helm: Helm) -> None:
@@ -229,6 +236,8 @@ def test_service_monitor_finds_the_metrics_port(helm: Helm) -> None:
         (["config.server.host=127.0.0.1"], "use 0.0.0.0"),
         (["config.app.api_token=abc"], "keep secrets out of values"),
         (["config.driver.connection_string=Endpoint=x"], "keep secrets out of values"),
+        (["config.driver.password=pw"], "keep secrets out of values"),
+        (["config.driver.url=redis://:pw@redis:6379/0"], "the URL has a password"),
         (["secrets.apiTokenKey=token"], "secrets.existingSecret is required"),
         (["keda.enabled=true"], "no KEDA scaler for driver"),
         (["mode=sidecar", "keda.enabled=true", "config.driver.type=sqs",
@@ -238,6 +247,8 @@ def test_service_monitor_finds_the_metrics_port(helm: Helm) -> None:
         (["config.concurency=3"], "additional properties 'concurency' not allowed"),
         (["config.scheduling=fair"], "/config/scheduling"),
         (["config.queues=null"], "queues"),
+        (["dapr.enabled=true", "dapr.resources.existingConfigMap=x"], "dapr.appId is required"),
+        (["dapr.enabled=true", "dapr.appId=a"], "existingConfigMap or manifests is required"),
     ],
 )
 def test_bad_values_are_refused(helm: Helm, sets: list[str], message: str) -> None:
@@ -277,3 +288,44 @@ def test_publish_api_ports_exposed_when_enabled(
     docs = helm.render([_example("local")], sets)
     sidecar = sidecar_container(_pod_spec(docs))
     assert {p["name"]: p["containerPort"] for p in sidecar["ports"]} == expected
+
+
+def test_dapr_mode_mounts_the_resources_and_passes_daprds_flags(helm: Helm) -> None:
+    values = yaml.safe_load(_example("dapr").read_text())
+    docs = helm.render([_example("dapr")])
+    pod = _pod_spec(docs)
+    sidecar = sidecar_container(pod)
+    assert sidecar["args"] == ["--resources-path", "/etc/dapr/resources",
+                               "--app-id", "order-processor"]
+    mounts = {m["name"]: m["mountPath"] for m in sidecar["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["priority-pubsub-dapr-resources"] == "/etc/dapr/resources"
+    assert mounts["priority-pubsub-dapr-secrets"] == "/etc/dapr/secrets"
+    assert volumes["priority-pubsub-dapr-secrets"]["secret"]["secretName"] == (
+        "order-processor-dapr-secrets")
+    name = volumes["priority-pubsub-dapr-resources"]["configMap"]["name"]
+    (resources,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
+    manifests = values["dapr"]["resources"]["manifests"]
+    assert set(resources["data"]) == set(manifests)
+    assert yaml.safe_load(resources["data"]["pubsub.yaml"]) == manifests["pubsub.yaml"]
+    assert len(list(yaml.safe_load_all(resources["data"]["subscriptions.yaml"]))) == 2
+    config = config_of(docs)  # queues and driver come from the resources
+    assert "queues" not in config
+    assert "driver" not in config
+    assert config["dapr"] == {"priorities": ["orders-high", "orders"]}
+
+
+def test_dapr_mode_uses_an_existing_configmap_and_rolls_on_change(helm: Helm) -> None:
+    docs = helm.render([_example("dapr")], ["dapr.resources.manifests=null",
+                                            "dapr.resources.existingConfigMap=my-dapr"])
+    volumes = {v["name"]: v for v in _pod_spec(docs)["volumes"]}
+    assert volumes["priority-pubsub-dapr-resources"]["configMap"]["name"] == "my-dapr"
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"} == {
+        volumes["priority-pubsub-config"]["configMap"]["name"]}  # no resources ConfigMap
+
+    def checksum(*sets: str) -> str:
+        annotations = one(helm.render([_example("dapr")], list(sets)), "Deployment")[
+            "spec"]["template"]["metadata"]["annotations"]
+        return str(annotations["checksum/priority-pubsub-dapr-resources"])
+
+    assert checksum() != checksum("dapr.resources.manifests.extra\\.yaml=kind: Resiliency")

@@ -41,11 +41,20 @@ SAMPLE_SECRETS = {
         "SharedAccessKey=c2FtcGxlLWtleQ=="
     ),
     "PRIORITY_PUBSUB_APP__API_TOKEN": "sample-token-4f9c",
+    "PRIORITY_PUBSUB_DRIVER__PASSWORD": "sample-redis-password-7d1e",
+    "PRIORITY_PUBSUB_DRIVER__URL": "amqp://big-server:s3cret-4f9c@rabbitmq:5672/",
 }
 EXAMPLES_BY_NAME = {p.name.removesuffix("-values.yaml"): p for p in EXAMPLES}
 DEPLOYMENT_EXAMPLES = [
     p for p in EXAMPLES if yaml.safe_load(p.read_text()).get("mode") != "sidecar"
 ]
+NATIVE_EXAMPLES = [  # config.yaml alone; Dapr mode also needs the mounted resources
+    p for p in DEPLOYMENT_EXAMPLES
+    if not (yaml.safe_load(p.read_text()).get("dapr") or {}).get("enabled")
+]
+SAMPLE_DAPR_SECRET_FILES = {
+    "secrets.json": json.dumps({"aws": {"accessKey": "AKIASAMPLE", "secretKey": "c2FtcGxl"}}),
+}
 
 
 def sidecar_environment(container: Doc, config_file: Path) -> dict[str, str]:
@@ -93,25 +102,62 @@ def test_priority_pubsub_check_accepts_the_rendered_config(
     """The real CLI, as the container runs it: config from the ConfigMap, env from the pod."""
     docs = helm.render([example])
     (deployment,) = find(docs, "Deployment")
-    container = sidecar_container(deployment["spec"]["template"]["spec"])
+    pod = deployment["spec"]["template"]["spec"]
+    container = sidecar_container(pod)
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config_of(docs)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env.update(sidecar_environment(container, config_file))
+    args = mounted_locally(docs, pod, container, tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "priority_pubsub", "check", "--offline"],
+        [sys.executable, "-m", "priority_pubsub", "check", "--offline", *args],
         capture_output=True, text=True, env=env, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "OK: config valid" in result.stderr
-    assert json.loads(result.stdout)["driver"]["type"] == config_of(docs)["driver"]["type"]
+    expected = (config_of(docs).get("driver") or {}).get("type") or "sqs"  # Dapr: snssqs
+    assert json.loads(result.stdout)["driver"]["type"] == expected
+
+
+def mounted_locally(docs: list[Doc], pod: Doc, container: Doc, tmp_path: Path) -> list[str]:
+    """The container's arguments with each mounted ConfigMap/Secret written under
+    ``tmp_path`` (sample values for Secrets) and its mount path replaced there, in the
+    arguments and in the mounted files (a secretsFile path names a mount)."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    args = " ".join(container.get("args", []))
+    files: list[Path] = []
+    moved: dict[str, str] = {}
+    for mount in container["volumeMounts"]:
+        volume = volumes[mount["name"]]
+        if "configMap" in volume and mount["name"] != "priority-pubsub-config":
+            (configmap,) = [d for d in find(docs, "ConfigMap")
+                            if d["metadata"]["name"] == volume["configMap"]["name"]]
+            data = configmap["data"]
+        elif "secret" in volume:
+            data = SAMPLE_DAPR_SECRET_FILES
+        else:
+            continue
+        local = tmp_path / mount["name"]
+        local.mkdir()
+        for key, text in data.items():
+            (local / key).write_text(text)
+            files.append(local / key)
+        moved[mount["mountPath"]] = str(local)
+    for path in files:
+        text = path.read_text()
+        for mount_path, local_path in moved.items():
+            text = text.replace(mount_path, local_path)
+        path.write_text(text)
+    for mount_path, local_path in moved.items():
+        args = args.replace(mount_path, local_path)
+    return args.split()
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["classic", "native"])
 @pytest.mark.parametrize(
     "example",
-    DEPLOYMENT_EXAMPLES,
-    ids=[p.name.removesuffix("-values.yaml") for p in DEPLOYMENT_EXAMPLES],
+    NATIVE_EXAMPLES,
+    ids=[p.name.removesuffix("-values.yaml") for p in NATIVE_EXAMPLES],
 )
 def test_rendered_config_is_accepted(
     helm: Helm, example: Path, native: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -139,6 +185,9 @@ def test_rendered_config_is_accepted(
         secret = settings.driver.options()["connection_string"]  # validated: a SecretStr
         expected = SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING"]
         assert secret.get_secret_value() == expected
+    if "PRIORITY_PUBSUB_DRIVER__URL" in names:
+        url = settings.driver.options()["url"]  # validated: a SecretUrl
+        assert url.get_secret_value() == SAMPLE_SECRETS["PRIORITY_PUBSUB_DRIVER__URL"]
 
 
 def test_default_values_config_is_accepted(

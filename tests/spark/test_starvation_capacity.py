@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,7 +81,8 @@ def test_workers_needed_is_the_smallest_meeting_the_target() -> None:
 
 def test_capacity_from_a_constructed_journal(spark: SparkSession, tmp_path: Path) -> None:
     derived = frame(spark, tmp_path, journals.capacity_journal())
-    rows = {r.priority: r for r in cap.capacity(derived, target_wait_s=5.0)}
+    peaks = cap.max_in_flight(derived)
+    rows = {r.priority: r for r in cap.capacity(derived, 5.0, peaks)}
     span_s = (359 * 10_000) / 1000  # first-delivery enqueues from T0 to T0 + 3590 s
     p0, p1 = rows[0], rows[1]
     assert p0.deliveries == 360
@@ -101,8 +103,38 @@ def test_capacity_from_a_constructed_journal(spark: SparkSession, tmp_path: Path
     assert p1.workers_needed > p0.workers_needed
     # observed: two p0 tasks always overlap, p1 runs one at a time, three at once overall
     assert (p0.observed_max_in_flight, p1.observed_max_in_flight) == (2, 1)
-    assert cap.observed_peak(derived) == 3
+    assert cap.observed_peak(peaks) == 3
     assert p0.observed_mean_in_flight == pytest.approx(360 * 20 / span_s)
+
+
+def test_max_in_flight_matches_a_plain_sweep(spark: SparkSession, tmp_path: Path) -> None:
+    """The two-level (per-minute) sweep gives the peak a single sweep over every event gives,
+    with intervals crossing minute boundaries, ends and starts sharing a millisecond, and
+    minutes with no event at all."""
+    rng = random.Random(20)
+    records, intervals = [], []
+    for i in range(400):
+        start = journals.T0 + rng.choice((0, cap.SWEEP_BUCKET_MS)) * rng.randint(0, 9) + (
+            rng.randint(0, 3) * 250 if rng.random() < 0.5 else rng.randint(0, 600_000)
+        )
+        end = start + rng.choice((0, 250, 500, cap.SWEEP_BUCKET_MS, rng.randint(1, 200_000)))
+        priority = rng.randint(0, 2)
+        records.append(journals.record(f"m{i}", priority, start - 5, start, end))
+        intervals.append((priority, start, end))
+    peaks = cap.max_in_flight(frame(spark, tmp_path, records))
+    for scope in (0, 1, 2, None):
+        chosen = [(s, e) for p, s, e in intervals if scope is None or p == scope]
+        assert peaks[scope] == plain_sweep(chosen), scope
+
+
+def plain_sweep(intervals: list[tuple[int, int]]) -> int:
+    """Max of [start, end) intervals open at once; an end before a start at one instant."""
+    events = sorted([(e, -1) for _, e in intervals] + [(s, 1) for s, _ in intervals])
+    level = peak = 0
+    for _, delta in events:
+        level += delta
+        peak = max(peak, level)
+    return peak
 
 
 def row_mix(rate0: float, rate1: float) -> float:
@@ -114,3 +146,26 @@ def exact_tail(c: int, a: float, mean_s: float, wait_s: float) -> float:
     if c <= a:
         return 1.0
     return expect.exact_erlang_c(c, a) * math.exp(-(c - a) * wait_s / mean_s)
+
+
+def test_starvation_per_minute_equals_one_sweep(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two-level computation (per minute, then within it) gives the windows a single
+    sweep over each priority's events gives: the same journal, minutes of 1 s vs one bucket."""
+    from priority_pubsub.analytics import starvation as module
+
+    rng = random.Random(7)
+    records = []
+    for i in range(600):
+        priority = rng.choice((0, 0, 1, 1, 2))
+        enqueued = journals.T0 + rng.randint(0, 20_000)
+        received = enqueued + rng.choice((0, 5, rng.randint(0, 4_000)))
+        records.append(journals.record(f"s{i}", priority, enqueued, received, received + 50))
+    derived = frame(spark, tmp_path, records)
+    monkeypatch.setattr(module, "STARVATION_BUCKET_MS", 10**15)
+    one_sweep = collect_rows(starvation(spark, derived))
+    monkeypatch.setattr(module, "STARVATION_BUCKET_MS", 1_000)
+    per_second = collect_rows(starvation(spark, derived))
+    assert per_second == one_sweep
+    assert any(r.windows > 0 for r in one_sweep)

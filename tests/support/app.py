@@ -36,6 +36,7 @@ class Reply:
     status: int = 200
     body: bytes | str | dict[str, Any] = b""
     delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 Behaviour = Callable[[Received], Reply]
@@ -87,7 +88,8 @@ class RecordingApp:
         # Tests stop the app with requests still parked in long sleeps: don't wait for them.
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        # port 0: any free port; a test restarting "the same app" passes the old port
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
 
@@ -116,9 +118,9 @@ class RecordingApp:
                 self.in_progress -= 1
         body = reply.body
         if isinstance(body, dict):
-            return web.json_response(body, status=reply.status)
+            return web.json_response(body, status=reply.status, headers=reply.headers)
         return web.Response(status=reply.status, body=body.encode() if isinstance(body, str)
-                            else body)
+                            else body, headers=reply.headers)
 
     def wait_for(self, count: int, timeout_s: float = 20.0) -> list[Received]:
         """Block until at least ``count`` requests arrived; return them all."""

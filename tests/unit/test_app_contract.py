@@ -76,6 +76,51 @@ def test_json_body_is_wrapped_with_data() -> None:
     assert not any("bad name" in name for name in headers)
 
 
+def test_wrapped_body_names_its_topic_and_pubsub_as_daprds_envelope() -> None:
+    """components-contrib ``pubsub/envelope.go`` ``NewCloudEventsEnvelope`` sets ``topic`` and
+    ``pubsubname``; apps (the FastAPI quickstart's model) require them. Native mode: the queue
+    and ``app.pubsub_name``, also sent as daprd's ``pubsubname`` header."""
+    for body, content_type in ((b'{"job": 1}', None), (b"\x00bin", None), (b"hi", "text/plain")):
+        msg = message(body)
+        request = build_request(msg, Payload(body, {}, content_type), delivery="cloudevent",
+                                api_token="", pubsub_name="orderpubsub")
+        event = json.loads(request.body)
+        assert (event["topic"], event["pubsubname"]) == ("tasks-high", "orderpubsub")
+        assert request.headers["pubsubname"] == "orderpubsub"
+    default = build_request(message(b"{}"), Payload(b"{}", {}, None), delivery="cloudevent",
+                            api_token="")
+    assert json.loads(default.body)["pubsubname"] == default.headers["pubsubname"] == "pubsub"
+
+
+def test_a_published_cloudevent_keeps_its_own_topic_but_gets_the_header() -> None:
+    original = json.loads((SAMPLES / "dapr-cloudevent.json").read_text())
+    msg = message(json.dumps(original).encode())
+    request = build_request(msg, Payload(msg.body, {}, None), delivery="cloudevent",
+                            api_token="", pubsub_name="ps")
+    assert json.loads(request.body).get("topic") == original.get("topic")
+    assert request.headers["pubsubname"] == "ps"
+    raw = build_request(msg, Payload(msg.body, {}, None), delivery="raw", api_token="",
+                        pubsub_name="ps")
+    assert raw.body == msg.body
+    assert raw.headers["pubsubname"] == "ps"
+
+
+def test_native_delivery_http_and_grpc_name_the_same_topic_and_pubsub() -> None:
+    from priority_pubsub.config import validate_config
+    from priority_pubsub.delivery import NativeDelivery, Prepared
+
+    settings = validate_config({"queues": [{"name": "tasks-high", "route": "/t"}],
+                                "app": {"url": "http://127.0.0.1:1", "pubsub_name": "jobs"}})
+    msg = message(b'{"job": 1}')
+    prepared = NativeDelivery(settings).prepare(msg, Payload(msg.body, {}, None))
+    assert isinstance(prepared, Prepared)
+    assert prepared.target is not None
+    event = json.loads(prepared.request.body)
+    assert (event["topic"], event["pubsubname"]) == (prepared.target.topic,
+                                                     prepared.target.pubsub_name)
+    assert prepared.request.headers["pubsubname"] == prepared.target.pubsub_name == "jobs"
+
+
 def test_binary_body_goes_as_data_base64_and_text_as_string() -> None:
     event, _ = request_for(b"\x00\xffbinary")
     assert base64.b64decode(event["data_base64"]) == b"\x00\xffbinary"  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from priority_pubsub.app_gate import AppGate
 from priority_pubsub.config import validate_config
 from priority_pubsub.message import Lease, Message, now_ms
 from priority_pubsub.metrics import Metrics
@@ -48,3 +49,53 @@ async def test_a_paused_receiver_takes_nothing_until_resumed() -> None:
     assert worker.handled == ["m1"]
     await receiver.stop()
     assert receiver.in_flight == 0
+
+
+class ScriptedProbe:
+    answer: str | None = "ConnectionRefusedError"
+
+    async def check(self) -> str | None:
+        return self.answer
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_nothing_is_taken_before_the_app_gate_opens() -> None:
+    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 2})
+    dispatcher, worker, probe = FakeDispatcher(), FakeWorker(), ScriptedProbe()
+    gate = AppGate(settings, Metrics(), probe=probe)  # type: ignore[arg-type]
+    receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
+                        DeliveryObserver(Metrics(), None, driver_type="fake"),
+                        capacity=gate.capacity)
+    gate.attach(receiver)
+    await receiver.start()
+    dispatcher.waiting.put_nowait(message(1))
+    await gate.probe_once()
+    await asyncio.sleep(0.05)
+    assert (dispatcher.takes, worker.handled) == (0, [])
+    probe.answer = None
+    await gate.probe_once()
+    await asyncio.sleep(0.05)
+    assert worker.handled == ["m1"]
+    await receiver.stop()
+
+
+async def test_pausing_abandons_a_take_still_waiting() -> None:
+    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 2})
+    dispatcher, worker = FakeDispatcher(), FakeWorker()
+    receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
+                        DeliveryObserver(Metrics(), None, driver_type="fake"))
+    await receiver.start()
+    await asyncio.sleep(0.02)
+    assert dispatcher.takes == 1  # waiting for a message
+    receiver.pause()
+    await asyncio.sleep(0.02)
+    dispatcher.waiting.put_nowait(message(1))
+    await asyncio.sleep(0.05)
+    assert worker.handled == []
+    assert dispatcher.waiting.qsize() == 1
+    receiver.resume()
+    await asyncio.sleep(0.05)
+    assert worker.handled == ["m1"]
+    await receiver.stop()

@@ -60,11 +60,22 @@ volume is therefore added here, only for the local driver.
 {{- include "priority-pubsub.validate" . }}
 {{- $config := deepCopy .Values.config }}
 {{- $driver := default dict $config.driver }}
-{{- if and (eq (default "local" $driver.type) "local") (not (hasKey $driver "path")) }}
+{{- if .Values.dapr.enabled }}
+{{- /* Dapr mode: the queues and the driver come from the Dapr resources. */}}
+{{- $_ := unset $config "queues" }}
+{{- $_ := unset $driver "type" }}
+{{- if $driver }}{{ $_ := set $config "driver" $driver }}{{ else }}{{ $_ := unset $config "driver" }}{{ end }}
+{{- else if and (eq (default "local" $driver.type) "local") (not (hasKey $driver "path")) }}
 {{- $_ := set $driver "path" "/data/queues.db" }}
 {{- $_ := set $config "driver" $driver }}
 {{- end }}
 {{- toYaml $config }}
+{{- end }}
+
+{{/* The ConfigMap mounted as the Dapr resources directory: the user's, or the chart's own
+rendered from dapr.resources.manifests. */}}
+{{- define "priority-pubsub.daprResourcesName" -}}
+{{- default (printf "%s-dapr-resources" (include "priority-pubsub.fullname" .)) .Values.dapr.resources.existingConfigMap }}
 {{- end }}
 
 {{- define "priority-pubsub.image" -}}
@@ -77,6 +88,19 @@ the config at start-up; these are the mistakes that only show in Kubernetes.
 */}}
 {{- define "priority-pubsub.validate" -}}
 {{- $config := .Values.config }}
+{{- with .Values.dapr }}
+{{- if .enabled }}
+{{- if not .appId }}
+{{- fail "dapr.appId is required with dapr.enabled (daprd's --app-id)" }}
+{{- end }}
+{{- if and .resources.existingConfigMap .resources.manifests }}
+{{- fail "dapr.resources: give existingConfigMap or manifests, not both" }}
+{{- end }}
+{{- if not (or .resources.existingConfigMap .resources.manifests) }}
+{{- fail "dapr.resources: existingConfigMap or manifests is required with dapr.enabled" }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $server := default dict $config.server }}
 {{- $host := toString (default "127.0.0.1" $server.host) }}
 {{- if has $host (list "127.0.0.1" "localhost" "::1") }}
@@ -90,8 +114,14 @@ the config at start-up; these are the mistakes that only show in Kubernetes.
 {{- if $driver.connection_string }}
 {{- fail "config.driver.connection_string: keep secrets out of values; set secrets.existingSecret and secrets.connectionStringKey" }}
 {{- end }}
-{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.apiTokenKey) (not .Values.secrets.existingSecret) }}
-{{- fail "secrets.existingSecret is required when secrets.connectionStringKey or secrets.apiTokenKey is set" }}
+{{- if $driver.password }}
+{{- fail "config.driver.password: keep secrets out of values; set secrets.existingSecret and secrets.passwordKey" }}
+{{- end }}
+{{- if and $driver.url (contains ":" (urlParse (toString $driver.url)).userinfo) }}
+{{- fail "config.driver.url: keep secrets out of values (the URL has a password); set secrets.existingSecret and secrets.urlKey (the whole URL) or, for redis, secrets.passwordKey" }}
+{{- end }}
+{{- if and (or .Values.secrets.connectionStringKey .Values.secrets.urlKey .Values.secrets.apiTokenKey .Values.secrets.passwordKey) (not .Values.secrets.existingSecret) }}
+{{- fail "secrets.existingSecret is required when secrets.connectionStringKey, secrets.urlKey, secrets.passwordKey or secrets.apiTokenKey is set" }}
 {{- end }}
 {{- end }}
 

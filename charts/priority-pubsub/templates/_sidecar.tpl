@@ -34,6 +34,12 @@ roll the pods when the config changes.
   # A native sidecar: started before the app containers, stopped after them.
   restartPolicy: Always
   {{- end }}
+  {{- with .Values.dapr }}
+  {{- if .enabled }}
+  # daprd's flags: the Dapr resources directory and the app id (README "Migrating from Dapr").
+  args: ["--resources-path", {{ .resources.mountPath | quote }}, "--app-id", {{ .appId | quote }}]
+  {{- end }}
+  {{- end }}
   # The image's ENTRYPOINT is `priority-pubsub run`; it finds its config through this variable.
   env:
     - name: PRIORITY_PUBSUB_CONFIG
@@ -43,6 +49,16 @@ roll the pods when the config changes.
     - name: PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING
       valueFrom:
         secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .connectionStringKey | quote }}}
+    {{- end }}
+    {{- if .passwordKey }}
+    - name: PRIORITY_PUBSUB_DRIVER__PASSWORD
+      valueFrom:
+        secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .passwordKey | quote }}}
+    {{- end }}
+    {{- if .urlKey }}
+    - name: PRIORITY_PUBSUB_DRIVER__URL
+      valueFrom:
+        secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .urlKey | quote }}}
     {{- end }}
     {{- if .apiTokenKey }}
     - name: PRIORITY_PUBSUB_APP__API_TOKEN
@@ -96,6 +112,16 @@ roll the pods when the config changes.
     # readOnlyRootFilesystem: SDKs and tempfile still want a writable /tmp.
     - name: priority-pubsub-tmp
       mountPath: /tmp
+    {{- if .Values.dapr.enabled }}
+    - name: priority-pubsub-dapr-resources
+      mountPath: {{ .Values.dapr.resources.mountPath }}
+      readOnly: true
+    {{- if .Values.dapr.secretFile.existingSecret }}
+    - name: priority-pubsub-dapr-secrets
+      mountPath: {{ .Values.dapr.secretFile.mountPath }}
+      readOnly: true
+    {{- end }}
+    {{- end }}
     {{- with .Values.sidecar.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -115,7 +141,8 @@ roll the pods when the config changes.
 {{- end }}
 {{- end }}
 
-{{/* The sidecar's volumes: the ConfigMap, /data and /tmp. */}}
+{{/* The sidecar's volumes: the ConfigMap, /data, /tmp and, in Dapr mode, the resources
+directory and the local.file secret store's Secret. */}}
 {{- define "priority-pubsub.sidecar.volumes" -}}
 - name: priority-pubsub-config
   configMap:
@@ -133,9 +160,22 @@ roll the pods when the config changes.
 - name: priority-pubsub-tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- if .Values.dapr.enabled }}
+- name: priority-pubsub-dapr-resources
+  configMap:
+    name: {{ include "priority-pubsub.daprResourcesName" . }}
+{{- with .Values.dapr.secretFile.existingSecret }}
+- name: priority-pubsub-dapr-secrets
+  secret:
+    secretName: {{ . }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Pod annotations that roll the pods when the config changes. */}}
 {{- define "priority-pubsub.sidecar.podAnnotations" -}}
 checksum/priority-pubsub-config: {{ include "priority-pubsub.configYaml" . | sha256sum }}
+{{- if .Values.dapr.enabled }}
+checksum/priority-pubsub-dapr-resources: {{ toYaml .Values.dapr.resources.manifests | sha256sum }}
+{{- end }}
 {{- end }}

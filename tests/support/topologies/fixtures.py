@@ -14,9 +14,12 @@ from tests.support.topologies.local import LocalTopology
 if TYPE_CHECKING:
     from tests.support.moto_server import MotoServer
     from tests.support.pubsub_emulator import Emulator
+    from tests.support.redis_server import OwnRedis
     from tests.support.servicebus import ServiceBusBroker
     from tests.support.topologies.azure import ServiceBusTopology
     from tests.support.topologies.gcp import PubSubTopology
+    from tests.support.topologies.rabbitmq import RabbitTopology
+    from tests.support.topologies.redis import RedisTopology
     from tests.support.topologies.sqs import SqsTopology
 
 
@@ -58,5 +61,34 @@ def servicebus_topology(servicebus_broker: ServiceBusBroker) -> Iterator[Service
     from tests.support.topologies.azure import ServiceBusTopology
 
     topology = ServiceBusTopology(servicebus_broker)
+    yield topology
+    topology.close()
+
+
+@pytest.fixture
+def rabbitmq_topology(rabbitmq_url: str) -> Iterator[RabbitTopology]:
+    from tests.support.topologies.rabbitmq import RabbitTopology
+
+    topology = RabbitTopology(rabbitmq_url)
+    yield topology
+    topology.close()
+
+
+@pytest.fixture
+def redis_topology(redis_url: str) -> Iterator[RedisTopology]:
+    """Fresh streams on the machine's Redis."""
+    from tests.support.topologies.redis import RedisTopology
+
+    topology = RedisTopology(redis_url)
+    yield topology
+    topology.close()
+
+
+@pytest.fixture
+def own_redis_topology(own_redis: OwnRedis) -> Iterator[RedisTopology]:
+    """Fresh streams on a ``redis-server`` of the test's own (it may stop and start it)."""
+    from tests.support.topologies.redis import RedisTopology
+
+    topology = RedisTopology(own_redis.url)
     yield topology
     topology.close()

@@ -1,0 +1,538 @@
+"""RabbitMQ driver (aio-pika): at most the free slots in hand, the lease is the unacked delivery.
+
+Design choices, and why:
+
+* **Layouts** (``rabbitmq_topology.py``): plain queues, or Dapr's ``pubsub.rabbitmq`` layout
+  (fanout exchange per topic, queue ``{consumer_id}-{topic}``), or one queue with native
+  priorities. Everything consumed from is declared at start (idempotent), as RabbitMQ clients
+  and daprd do; so are the dead-letter exchange and queue.
+* **Receiving.** ``basic.get`` up to the free slots; when nothing is there and the caller
+  waits, a consumer with ``prefetch = free slots`` wakes on the first arrival and is cancelled
+  at once (every delivery it got arrives before the cancel-ok, so none is stranded). Each
+  receive gets a channel of its own, closed when its deliveries are settled: a channel the
+  broker closes returns only its own messages.
+* **Leases.** The lease is the unacked delivery. RabbitMQ returns it when the connection or
+  channel closes; the driver also returns it (``basic.nack``, requeue) when its lease deadline
+  passes without an ``extend``, like a visibility timeout, and refuses to settle it after
+  that (``LeaseLost``).
+* **consumer_timeout.** RabbitMQ closes a channel whose oldest unacked delivery is older than
+  the server's ``consumer_timeout`` (30 min by default) — ``basic.get`` deliveries included
+  (checked on 3.10.8), and 3.10 has no per-queue ``x-consumer-timeout``. So a delivery older
+  than half ``driver.consumer_timeout_s`` is *renewed* by the next ``extend``: a copy is
+  published (confirmed) to a hold queue private to this driver instance, the old delivery is
+  acked, and the copy is taken back with ``basic.get`` as a fresh delivery. The hold queue
+  dead-letters anything left in it for 60 s back to the source queue, so a crash between the
+  steps duplicates at worst, never loses: a copy is only ever in the hold queue while its
+  holder is alive (requeued copies of a dead holder are long expired and go back at once).
+* **Retry with delay**: a copy (attempt + 1) is published to a delay queue per delay
+  (``{queue}.delay-{ms}ms``: TTL, then dead-lettered back to the source queue), then the
+  delivery is acked; delay 0 publishes straight back to the queue. ``release`` does the same
+  without counting an attempt. Copy first, then ack: an interruption duplicates, never loses.
+* **Attempts** (``rabbitmq_wire.py``): a header written on every copy, plus
+  ``x-delivery-count`` (quorum queues) or the ``redelivered`` flag (classic: +1 at most).
+* **Dead letters** are published to the fanout exchange ``dead_letter.queue`` (bound to the
+  queue of that name) with ``dead_letter_reason``/``dead_letter_source`` headers, then acked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
+from pydantic import Field, ValidationInfo, model_validator
+
+from priority_pubsub.drivers.base import (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    DriverContext,
+    DriverOptions,
+    QueueDepth,
+    check_options,
+    deployment,
+    live_token,
+    map_errors,
+    own_options,
+)
+from priority_pubsub.drivers.rabbitmq_topology import Declarer, Layout
+from priority_pubsub.drivers.rabbitmq_wire import (
+    RENEWAL_HEADER,
+    copy_of,
+    map_error,
+    new_message,
+    read_delivery,
+)
+from priority_pubsub.errors import DriverError, LeaseLost
+from priority_pubsub.logs import get_logger
+from priority_pubsub.message import Lease, Message, now_ms
+from priority_pubsub.redaction import CredentialUrl, SecretUrl
+
+log = get_logger(__name__)
+RENEW_FRACTION = 0.5
+"""A delivery is renewed once older than this fraction of ``consumer_timeout_s``."""
+STRAY_LIMIT = 20
+
+
+class RabbitOptions(DriverOptions):
+    """Keys under ``driver:`` for ``type: rabbitmq``."""
+
+    url: CredentialUrl = SecretUrl("amqp://guest:guest@127.0.0.1:5672/")
+    """``amqp://user:password@host:port/vhost`` (``amqps://`` for TLS; ``?heartbeat=30``...).
+    A secret: printed with the password masked; ``PRIORITY_PUBSUB_DRIVER__URL`` overrides it."""
+    layout: Literal["queues", "dapr"] = "queues"
+    consumer_id: str | None = Field(default=None, min_length=1)
+    """Dapr layout: the app id (Dapr's ``consumerID``); queues are ``{consumer_id}-{topic}``."""
+    native_priority: bool = False
+    """All configured names share one queue with ``x-max-priority`` (see the README)."""
+    native_queue: str | None = Field(default=None, min_length=1)
+    """Native mode: the queue (or Dapr topic) holding every priority; default the first name."""
+    queue_type: Literal["classic", "quorum"] = "classic"
+    durable: bool = True
+    """Queues and exchanges the driver declares survive a broker restart."""
+    delivery_mode: Literal["persistent", "transient"] = "persistent"
+    """How ``publish`` sends new messages (Dapr's ``deliveryMode``: 2 persistent, else
+    transient); copies (retries, dead letters) keep the mode of the message they copy."""
+    consumer_timeout_s: float = Field(default=1800, gt=0)
+    """The server's ``consumer_timeout``: deliveries older than half of it are renewed."""
+    connect_timeout_s: float = Field(default=10, gt=0)
+    call_timeout_s: float = Field(default=30, gt=0)
+
+    @model_validator(mode="after")
+    def _fits_the_deployment(self, info: ValidationInfo) -> RabbitOptions:
+        if self.layout == "dapr" and not self.consumer_id:
+            raise ValueError("consumer_id: required with layout: dapr (Dapr's consumerID)")
+        if self.native_queue is not None and not self.native_priority:
+            raise ValueError("native_queue: only with native_priority: true")
+        context = deployment(info)
+        renew_after_s = self.consumer_timeout_s * RENEW_FRACTION
+        if context is not None and context.lease_duration_s / 3 >= renew_after_s:
+            raise ValueError(
+                f"lease.duration_s: with driver.consumer_timeout_s {self.consumer_timeout_s:g}"
+                f" the lease keeper must extend (every duration/3) within "
+                f"{renew_after_s:g} s; use a lease below {3 * renew_after_s:g} s")
+        return self
+
+
+@dataclass(eq=False)
+class _Batch:
+    """The channel of one receive; closed when its last delivery is settled."""
+
+    channel: AbstractChannel
+    open: int = 0
+
+
+@dataclass(eq=False)
+class _Held:
+    """The lease token: one unacked delivery and where it came from."""
+
+    incoming: AbstractIncomingMessage
+    batch: _Batch
+    physical: str
+    delivered_at: float = field(default_factory=time.monotonic)
+    timer: asyncio.TimerHandle | None = None
+    done: bool = False
+    lapsed: bool = False
+
+
+@dataclass(eq=False)
+class _Pending:
+    abandoned: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class RabbitMQDriver:
+    """Consumes RabbitMQ queues; see the module docstring for the guarantees."""
+
+    name: ClassVar[str] = "rabbitmq"
+    options_model: ClassVar[type[DriverOptions]] = RabbitOptions
+    releases_count_as_attempts: ClassVar[bool] = False
+    """A release publishes a copy carrying the same attempt number, then acks."""
+
+    def __init__(self, options: DriverOptions, context: DriverContext) -> None:
+        options = own_options(options, RabbitOptions)
+        check_options(options, context)  # load_config did; a driver built directly too
+        self.options = options
+        self.context = context
+        native = (options.native_queue or context.queues[0]) if options.native_priority else None
+        self._layout = Layout(context.queues, options.layout, options.consumer_id, native,
+                              options.queue_type, options.durable)
+        self._renew_after_s = options.consumer_timeout_s * RENEW_FRACTION
+        self._instance = uuid.uuid4().hex[:8]
+        self._connection: AbstractConnection | None = None
+        self._publisher: AbstractChannel | None = None
+        self._connect_lock: asyncio.Lock | None = None
+        self._hold_locks: dict[str, asyncio.Lock] = {}
+        self._held: set[_Held] = set()
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._link()
+
+    async def close(self) -> None:
+        for held in list(self._held):
+            if held.timer is not None:
+                held.timer.cancel()
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=self.options.call_timeout_s)
+        connection, self._connection, self._publisher = self._connection, None, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()  # the broker returns whatever is still in hand
+
+    @property
+    def dead_letter_enabled(self) -> bool:
+        return self.context.dead_letter_queue is not None
+
+    async def _link(self) -> AbstractConnection:
+        """The open connection, (re)connecting and declaring the topology when needed."""
+        if self._connection is not None and _usable(self._connection):
+            return self._connection
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            if self._connection is not None and _usable(self._connection):
+                return self._connection
+            if self._connection is not None:
+                log.warning("rabbitmq connection lost; reconnecting")
+                with contextlib.suppress(Exception):
+                    await self._connection.close()
+            self._connection = None
+            self._connection = await self._connect()
+            self._publisher = None
+            return self._connection
+
+    async def _connect(self) -> AbstractConnection:
+        with map_errors(map_error, "connect"):
+            connection = await aio_pika.connect(
+                self.options.url.get_secret_value(), timeout=self.options.connect_timeout_s,
+                client_properties={"connection_name": f"priority-pubsub-{self._instance}"})
+        try:
+            declarer = Declarer(connection, self._layout)
+            await declarer.consumed_queues()
+            if self.context.dead_letter_queue is not None:
+                await declarer.dead_letter(self.context.dead_letter_queue)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                await connection.close()
+            if isinstance(exc, DriverError) or not isinstance(exc, Exception):
+                raise
+            raise map_error(exc, "declare") from exc
+        return connection
+
+    # -- consuming -------------------------------------------------------------------------
+
+    async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
+        self._check_name(queue)
+        if max_messages <= 0:
+            return []
+        if self._layout.native_queue is not None and queue in self.context.queues[1:]:
+            return []  # native mode: everything is read through the first name
+        pending = _Pending()
+        work = asyncio.ensure_future(self._receive(queue, max_messages, max(0.0, wait_s),
+                                                   pending))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            # Whatever the work leases from now on, or already has, goes back to the queue.
+            pending.abandoned.set()
+            work.add_done_callback(self._return_orphans)
+            raise
+
+    async def _receive(self, queue: str, count: int, wait_s: float,
+                       pending: _Pending) -> list[Message]:
+        connection = await self._link()
+        physical = self._layout.physical(queue)
+        with map_errors(map_error, f"receive {queue}"):
+            channel = await connection.channel(publisher_confirms=False)
+            got = await self._get_some(channel, physical, count)
+            if not got and wait_s > 0 and not pending.abandoned.is_set():
+                got = await self._consume_some(channel, physical, count, wait_s, pending)
+        if not got or pending.abandoned.is_set():
+            with contextlib.suppress(Exception):
+                await channel.close()  # returns anything it got to the queue
+            return []
+        batch = _Batch(channel, open=len(got))
+        received_ms = now_ms()
+        return [self._message(queue, incoming, batch, physical, received_ms)
+                for incoming in got]
+
+    async def _get_some(self, channel: AbstractChannel, physical: str,
+                        count: int) -> list[AbstractIncomingMessage]:
+        queue = await channel.get_queue(physical, ensure=False)
+        got: list[AbstractIncomingMessage] = []
+        while len(got) < count:
+            incoming = await queue.get(no_ack=False, fail=False,
+                                       timeout=self.options.call_timeout_s)
+            if incoming is None:
+                break
+            got.append(incoming)
+        return got
+
+    async def _consume_some(self, channel: AbstractChannel, physical: str, count: int,
+                            wait_s: float, pending: _Pending) -> list[AbstractIncomingMessage]:
+        """Wait for the first arrival with a consumer whose prefetch is ``count``."""
+        got: list[AbstractIncomingMessage] = []
+        arrived = asyncio.Event()
+
+        async def on_message(incoming: AbstractIncomingMessage) -> None:
+            got.append(incoming)
+            arrived.set()
+
+        channel.close_callbacks.add(lambda *_: arrived.set())
+        await channel.set_qos(prefetch_count=count)
+        queue = await channel.get_queue(physical, ensure=False)
+        tag = await queue.consume(on_message, no_ack=False)
+        waits = [asyncio.ensure_future(arrived.wait()),
+                 asyncio.ensure_future(pending.abandoned.wait())]
+        try:
+            await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        if channel.is_closed:
+            raise ConnectionError("channel closed while waiting (connection lost?)")
+        await queue.cancel(tag)
+        await asyncio.sleep(0)  # deliveries before the cancel-ok run their callbacks first
+        return got
+
+    def _message(self, queue: str, incoming: AbstractIncomingMessage, batch: _Batch,
+                 physical: str, received_ms: int) -> Message:
+        reading = read_delivery(incoming, received_ms)
+        name = queue
+        if self._layout.native_queue is not None:
+            name = self._layout.name_for_priority(incoming.priority)
+        held = _Held(incoming, batch, physical)
+        self._held.add(held)
+        lease_s = self.context.lease_duration_s
+        held.timer = asyncio.get_running_loop().call_later(lease_s, self._lapse, held)
+        return Message(
+            id=reading.id, queue=name, priority=self.context.priority_of(name),
+            body=incoming.body, attributes=reading.attributes, attempt=reading.attempt,
+            enqueued_ms=reading.enqueued_ms,
+            lease=Lease(token=held, deadline_ms=received_ms + math.ceil(lease_s * 1000)),
+            content_type=incoming.content_type, received_ms=received_ms,
+            defect=reading.defect,
+        )
+
+    def _return_orphans(self, work: asyncio.Future[list[Message]]) -> None:
+        if work.cancelled() or work.exception() is not None:
+            return
+        for message in work.result():
+            self._lapse(message.lease.token)
+
+    def _lapse(self, held: _Held) -> None:
+        """The lease ran out unextended: hand the delivery back, refuse later settles."""
+        if held.done:
+            return
+        held.lapsed = True
+        self._spawn(self._return_quietly(held))
+
+    async def _return_quietly(self, held: _Held) -> None:
+        try:
+            if not held.batch.channel.is_closed:
+                await held.incoming.nack(requeue=True)
+        except Exception as exc:  # the channel is gone: the broker returned it already
+            log.debug("returning a lapsed delivery failed", error=str(exc))
+        finally:
+            self._finish(held)
+
+    # -- settling --------------------------------------------------------------------------
+
+    async def ack(self, message: Message) -> None:
+        held = self._live(message, "ack")
+        await self._settle_call("ack", held.incoming.ack())
+        self._finish(held)
+
+    async def retry(self, message: Message, delay_s: float) -> None:
+        await self._send_back(message, delay_s, attempt=message.attempt + 1, verb="retry")
+
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
+        """Hand the message back unseen: its next delivery keeps this attempt number."""
+        await self._send_back(message, delay_s, attempt=message.attempt, verb="release")
+
+    async def _send_back(self, message: Message, delay_s: float, *, attempt: int,
+                         verb: str) -> None:
+        held = self._live(message, verb)
+        copy = copy_of(held.incoming, attempt=attempt)
+        delay_ms = max(0, round(delay_s * 1000))
+        target = held.physical
+        if delay_ms > 0:
+            connection = await self._link()
+            declaring = Declarer(connection, self._layout).delay_queue(held.physical, delay_ms)
+            target = await self._settle_call("declare delay queue", declaring)
+        await self._publish("", target, copy)
+        await self._settle_call(verb, held.incoming.ack())
+        self._finish(held)
+
+    async def extend(self, message: Message, duration_s: float) -> None:
+        held = self._live(message, "extend")
+        if time.monotonic() - held.delivered_at >= self._renew_after_s:
+            await self._renew(message, held)
+        if held.timer is not None:
+            held.timer.cancel()
+        held.timer = asyncio.get_running_loop().call_later(duration_s, self._lapse, held)
+        message.lease.deadline_ms = now_ms() + math.ceil(duration_s * 1000)
+
+    async def dead_letter(self, message: Message, reason: str) -> None:
+        held = self._live(message, "dead-letter")
+        dead = self.context.dead_letter_queue
+        if dead is None:
+            raise DriverError("no dead_letter.queue configured", retriable=False)
+        copy = copy_of(held.incoming, attempt=message.attempt, extra_headers={
+            DEAD_LETTER_REASON: reason, DEAD_LETTER_SOURCE: message.queue})
+        await self._publish(dead, "", copy)
+        await self._settle_call("dead-letter ack", held.incoming.ack())
+        self._finish(held)
+
+    async def _renew(self, message: Message, held: _Held) -> None:
+        """Swap the aging delivery for a fresh one of the same message (module docstring)."""
+        lock = self._hold_locks.setdefault(held.physical, asyncio.Lock())
+        async with lock:
+            connection = await self._link()
+            expires_ms = round(self.options.consumer_timeout_s * 3000)
+            hold = await self._settle_call("declare hold queue", Declarer(
+                connection, self._layout).hold_queue(held.physical, self._instance, expires_ms))
+            token = uuid.uuid4().hex
+            await self._publish("", hold, copy_of(
+                held.incoming, attempt=message.attempt + 1, extra_headers={RENEWAL_HEADER: token}))
+            await self._settle_call("renew", held.incoming.ack())
+            self._leave_batch(held)
+            fresh = await self._settle_call("renew", self._take_copy(connection, hold, token))
+            if fresh is None:
+                held.done = held.lapsed = True
+                self._held.discard(held)
+                raise LeaseLost(f"renewing {message.id}: its copy left the hold queue; it "
+                                "returns to its queue and will be delivered again")
+            held.incoming, held.batch = fresh
+            held.delivered_at = time.monotonic()
+            log.info("delivery renewed before consumer_timeout", message_id=message.id,
+                     queue=message.queue)
+
+    async def _take_copy(self, connection: AbstractConnection, hold: str,
+                         token: str) -> tuple[AbstractIncomingMessage, _Batch] | None:
+        channel = await connection.channel(publisher_confirms=False)
+        queue = await channel.get_queue(hold, ensure=False)
+        for _ in range(STRAY_LIMIT):
+            incoming = await queue.get(no_ack=False, fail=False,
+                                       timeout=self.options.call_timeout_s)
+            if incoming is None:
+                break
+            if (incoming.headers or {}).get(RENEWAL_HEADER) == token:
+                return incoming, _Batch(channel, open=1)
+            # A stray copy (an earlier renewal cut short): straight back to its queue.
+            await incoming.reject(requeue=False)
+        await channel.close()
+        return None
+
+    def _live(self, message: Message, verb: str) -> _Held:
+        held = message.lease.token
+        if isinstance(held, _Held) and held.done and not held.lapsed:
+            raise DriverError(f"{verb} {message.id}: already settled", retriable=False)
+        if isinstance(held, _Held) and (held.lapsed or held.batch.channel.is_closed):
+            message.lease.lost = True  # our lease timer returned it, or its channel closed
+            self._finish(held)
+        return live_token(message, _Held, verb)
+
+    def _finish(self, held: _Held) -> None:
+        if held.timer is not None:
+            held.timer.cancel()
+            held.timer = None
+        if not held.done:
+            held.done = True
+            self._leave_batch(held)
+        self._held.discard(held)
+
+    def _leave_batch(self, held: _Held) -> None:
+        batch = held.batch
+        batch.open -= 1
+        if batch.open <= 0 and not batch.channel.is_closed:
+            self._spawn(self._close_quietly(batch.channel))
+
+    async def _close_quietly(self, channel: AbstractChannel) -> None:
+        with contextlib.suppress(Exception):
+            await channel.close()
+
+    async def _settle_call(self, doing: str, call: Any) -> Any:
+        with map_errors(map_error, doing, settling=True):
+            return await call
+
+    # -- publishing and optional abilities -------------------------------------------------
+
+    async def _publish(self, exchange: str, routing_key: str, message: aio_pika.Message) -> None:
+        with map_errors(map_error, f"publish to {exchange or routing_key}"):
+            channel = await self._publishing_channel()
+            target = (channel.default_exchange if exchange == ""
+                      else await channel.get_exchange(exchange, ensure=False))
+            await target.publish(message, routing_key=routing_key, mandatory=True,
+                                 timeout=self.options.call_timeout_s)
+
+    async def _publishing_channel(self) -> AbstractChannel:
+        connection = await self._link()
+        if self._publisher is None or self._publisher.is_closed:
+            self._publisher = await connection.channel(publisher_confirms=True,
+                                                       on_return_raises=True)
+        return self._publisher
+
+    async def publish(
+        self,
+        queue: str,
+        body: bytes,
+        attributes: Mapping[str, str] | None = None,
+        content_type: str | None = None,
+    ) -> str:
+        """Publish as a publisher would: to the queue, or to the topic's exchange (Dapr)."""
+        message_id = str(uuid.uuid4())
+        exchange, routing_key = self._layout.publish_target(queue)
+        priority = self._layout.native_priority_of(queue)
+        await self._publish(exchange, routing_key,
+                            new_message(body, attributes, content_type, message_id, priority,
+                                        persistent=self.options.delivery_mode == "persistent"))
+        return message_id
+
+    async def depth(self, queue: str) -> QueueDepth:
+        """Ready messages (``message_count`` of a passive declare); in flight and delayed are
+        not told by AMQP (the management API knows them)."""
+        if self._layout.native_queue is not None and queue in self.context.queues[1:]:
+            return QueueDepth(visible=None, in_flight=None)
+        connection = await self._link()
+        with map_errors(map_error, f"depth of {queue}"):
+            channel = await connection.channel(publisher_confirms=False)
+            try:
+                declared = await channel.declare_queue(self._layout.physical(queue),
+                                                       passive=True)
+            finally:
+                await self._close_quietly(channel)
+        result = declared.declaration_result
+        return QueueDepth(visible=result.message_count, in_flight=None)
+
+    async def ping(self) -> None:
+        connection = await self._link()
+        with map_errors(map_error, "ping"):
+            channel = await asyncio.wait_for(connection.channel(publisher_confirms=False), 5)
+            await channel.close()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _check_name(self, queue: str) -> None:
+        if queue in self.context.queues or queue == self.context.dead_letter_queue:
+            return
+        raise DriverError(f"{queue!r} is not a configured queue", retriable=False)
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+def _usable(connection: AbstractConnection) -> bool:
+    """aio-pika's plain connection stays "not closed" when the broker drops it; only its
+    ``connected`` event tells."""
+    return not connection.is_closed and connection.connected.is_set()

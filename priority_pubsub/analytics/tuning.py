@@ -1,0 +1,89 @@
+"""Spark settings sized from the input, and named, timed steps (Spark's own job timings).
+
+Why. Spark's defaults are for a cluster: 200 shuffle partitions whatever the data, so a
+1 M-record report ran hundreds of tiny tasks per aggregate. The report sets the shuffle
+partitions from the journal's size (``SHUFFLE_BYTES_PER_PARTITION`` per partition, at least
+the cores Spark has; unless the launcher set them) and turns adaptive query execution on
+(it coalesces small shuffle partitions and splits skewed ones at run time). Each step of
+the report runs under a job description (``report: <step>``), so Spark's UI, event log and
+``bench.bench_report --event-log`` show which step each job and stage belongs to;
+``Steps`` also keeps each step's wall time for the summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SHUFFLE_BYTES_PER_PARTITION = 128 * 1024 * 1024
+MAX_SHUFFLE_PARTITIONS = 2000
+ADAPTIVE = {
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.sql.adaptive.skewJoin.enabled": "true",
+}
+
+
+def input_bytes(spark: SparkSession, journal_glob: str) -> int | None:
+    """Total size of the files the glob matches, through Hadoop (any URI Spark reads);
+    None when the file system cannot say (the partitions then stay as configured)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        path = jvm.org.apache.hadoop.fs.Path(journal_glob)
+        statuses = path.getFileSystem(conf).globStatus(path) or []
+        return int(sum(s.getLen() for s in statuses))
+    except Exception:  # a file system without glob support: keep Spark's setting
+        return None
+
+
+def shuffle_partitions(size: int, cores: int) -> int:
+    """Partitions for the report's shuffles: one per ``SHUFFLE_BYTES_PER_PARTITION`` of
+    input, never fewer than the cores, never more than ``MAX_SHUFFLE_PARTITIONS``."""
+    wanted = math.ceil(size / SHUFFLE_BYTES_PER_PARTITION)
+    return max(cores, min(wanted, MAX_SHUFFLE_PARTITIONS))
+
+
+def tune(spark: SparkSession, journal_glob: str) -> int | None:
+    """Apply AQE and input-sized shuffle partitions to ``spark``; the partitions chosen.
+
+    A value the launcher set explicitly (``spark-submit --conf``, the builder) is kept."""
+    given = spark.sparkContext.getConf()
+    for key, value in ADAPTIVE.items():
+        if not given.contains(key):
+            spark.conf.set(key, value)
+    if given.contains("spark.sql.shuffle.partitions"):
+        return int(spark.conf.get("spark.sql.shuffle.partitions") or 0) or None
+    size = input_bytes(spark, journal_glob)
+    if size is None:
+        return None
+    partitions = shuffle_partitions(size, spark.sparkContext.defaultParallelism)
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    return partitions
+
+
+@dataclass
+class Steps:
+    """Named steps of one report run: job descriptions for Spark, wall seconds for us."""
+
+    spark: SparkSession
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        context = self.spark.sparkContext
+        context.setJobDescription(f"report: {name}")
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - started, 3)
+            context.setJobDescription(None)  # type: ignore[arg-type]

@@ -1,0 +1,126 @@
+"""Dapr mode on Redis: the pub/sub quickstart's own ``components/pubsub.yaml``
+(``pubsub.redis``, dapr/quickstarts ``pub_sub/components``) and its subscriber app, behind the
+real sidecar; orders are written as daprd's ``pubsub.redis`` Publish writes them
+(``XADD orders * data <cloudevent>``), or published by the quickstart's checkout apps through
+the sidecar's publish API. The component file is used as published, except that
+``localhost:6379`` points at a redis-server of the test's own (the quickstart's topic
+``orders`` must not meet other tests' entries on the shared server)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from priority_pubsub.dapr.components import ComponentContext
+from priority_pubsub.dapr.redis_kind import RedisStreams, go_duration_s
+from priority_pubsub.errors import ConfigError
+from tests.e2e.helpers import assert_each_order_once, orders_received
+from tests.e2e.test_dapr_quickstarts import FLASK, QUICKSTARTS
+from tests.e2e.test_publish_api import CHECKOUTS, publish_api, run_checkout
+from tests.support.app_venv import running_app
+from tests.support.dapr_resources import dapr_config, dapr_event
+from tests.support.redis_server import OwnRedis
+from tests.support.sidecar import start_sidecar
+
+pytestmark = pytest.mark.redis
+ORDERS = 9
+QUICKSTART_COMPONENT = """\
+apiVersion: dapr.io/v1alpha1
+kind: Component
+metadata:
+  name: orderpubsub
+spec:
+  type: pubsub.redis
+  version: v1
+  metadata:
+  - name: redisHost
+    value: localhost:6379
+  - name: redisPassword
+    value: ""
+"""
+
+
+def test_quickstart_redis_component_and_subscriber_get_every_order_once(
+    tmp_path: Path, own_redis: OwnRedis
+) -> None:
+    resources = tmp_path / "resources"
+    resources.mkdir()
+    (resources / "pubsub.yaml").write_text(
+        QUICKSTART_COMPONENT.replace("localhost:6379", f"127.0.0.1:{own_redis.port}"))
+    app_id = f"order-processor-{uuid.uuid4().hex[:8]}"
+    raw = redis.Redis.from_url(own_redis.url)
+    with running_app(QUICKSTARTS / "http-order-processor", FLASK, tmp_path / "app.log") as app:
+        config = dapr_config(tmp_path, resources, app_id, app.url, driver={})
+        sidecar = start_sidecar(tmp_path, config, ready_timeout_s=60)
+        try:
+            for order_id in range(1, ORDERS + 1):
+                raw.xadd("orders", {"data": dapr_event({"orderId": order_id}, topic="orders",
+                                                       pubsub="orderpubsub")})
+            received = orders_received(app, ORDERS)
+        finally:
+            assert sidecar.stop() == 0
+    assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
+    [group] = raw.xinfo_groups("orders")  # daprd's layout: group = consumerID = the app id
+    assert (group["name"].decode(), group["pending"], group["lag"]) == (app_id, 0, 0)
+    raw.close()
+
+
+@pytest.mark.parametrize("checkout", CHECKOUTS)
+def test_quickstart_checkout_publishes_through_the_redis_component(
+    tmp_path: Path, own_redis: OwnRedis, checkout: str
+) -> None:
+    """The pinned checkout publishers (HTTP, and the SDK over gRPC) through the sidecar's
+    publish API onto the quickstart's component, as daprd's Publish writes: ``XADD orders *
+    data <cloudevent>``; the subscriber behind the same sidecar gets every order once."""
+    resources = tmp_path / "resources"
+    resources.mkdir()
+    (resources / "pubsub.yaml").write_text(
+        QUICKSTART_COMPONENT.replace("localhost:6379", f"127.0.0.1:{own_redis.port}"))
+    api = publish_api()
+    with running_app(QUICKSTARTS / "http-order-processor", FLASK, tmp_path / "app.log") as app:
+        config = dapr_config(tmp_path, resources, "order-processor", app.url, driver={},
+                             publish_api=api)
+        sidecar = start_sidecar(tmp_path, config, ready_timeout_s=60)
+        try:
+            run_checkout(tmp_path, checkout, api)
+            received = orders_received(app, ORDERS)
+        finally:
+            assert sidecar.stop() == 0
+    assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
+    raw = redis.Redis.from_url(own_redis.url)
+    entries = raw.xrange("orders")
+    raw.close()
+    assert [set(fields) for _, fields in entries] == [{b"data"}] * ORDERS  # daprd's layout
+    event = json.loads(entries[0][1][b"data"])
+    assert (event["topic"], event["pubsubname"]) == ("orders", "orderpubsub")
+
+
+def test_component_metadata_maps_onto_the_driver() -> None:
+    component = ComponentContext(
+        name="pubsub", type="pubsub.redis", app_id="shop", metadata={
+            "redisHost": "redis.data:6380", "redisPassword": "pw", "enableTLS": "true",
+            "redisDB": "2", "consumerID": "workers", "processingTimeout": "2m30s",
+            "redeliverInterval": "5000", "maxLenApprox": "10000", "queueDepth": "100"})
+    mapped = RedisStreams().map(component)
+    assert mapped.driver == {
+        "type": "redis", "url": "rediss://redis.data:6380/2", "group": "workers",
+        "password": "pw", "max_len_approx": 10000, "reclaim_interval_s": 5.0}
+    assert mapped.settings["lease"] == {"duration_s": 150.0}
+    assert mapped.settings["retry"] == {"initial_delay_s": 150.0, "max_delay_s": 150.0}
+    assert "queueDepth" not in mapped.honoured  # warned as read but not honoured
+    assert RedisStreams().queue_for(component, "orders") == "orders"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("60000", 60.0), ("1m30s", 90.0),
+                                               ("500ms", 0.5), ("1h", 3600.0)])
+def test_go_durations(text: str, seconds: float) -> None:
+    assert go_duration_s("processingTimeout", text) == pytest.approx(seconds)
+
+
+def test_bad_duration_names_the_key() -> None:
+    with pytest.raises(ConfigError, match="processingTimeout"):
+        go_duration_s("processingTimeout", "soon")
