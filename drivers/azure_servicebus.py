@@ -36,6 +36,14 @@ so the core's lease always means what it asked for; keep ``lease.duration_s`` at
 ``LockDuration`` to make that unnecessary (one renewal per keeper tick, no more). A settle
 after the lock was lost raises ``LeaseLost`` (the SDK's ``MessageLockLostError``).
 
+Concurrency. The SDK's handlers are not safe for concurrent use from several coroutines: two
+calls that find a handler closed both (re)open it, the second drops the link the first is
+opening (``'NoneType' object has no attribute 'create_sender_link'``), and concurrent
+management requests share one response slot and read the same connection. So every call on a
+sender or receiver runs under that handler's ``asyncio.Lock`` (the long-poll receive only
+opens under it, so it never holds settles back), and a lock has at most one renewal in flight:
+the lease keeper's ``extend`` and the background renewal share it instead of renewing twice.
+
 Receiving and cancellation. One SDK receive runs per queue at a time, in a task the caller
 awaits but never cancels (cancelling the SDK mid-frame is unsafe): a cancelled or timed-out
 caller leaves it running, and what it brings back waits in a per-queue stash that the next
@@ -122,6 +130,8 @@ class SbLock:
     """For a delayed retry held on a subscription: abandon when this time comes."""
     lease: Lease = field(init=False)
     """The core's lease on this lock; ``lease.lost`` once Service Bus refused a renewal."""
+    renewal: asyncio.Task[Any] | None = field(default=None, init=False)
+    """The renewal in flight, shared by every caller that wants one meanwhile."""
 
     def __post_init__(self) -> None:
         self.lease = Lease(token=self, deadline_ms=self.lease_until_ms)
@@ -219,6 +229,8 @@ class ServiceBusDriver:
         self._credential: Any = None
         self._receivers: dict[str, Any] = {}
         self._senders: dict[str, Any] = {}
+        self._gates: dict[Any, asyncio.Lock] = {}
+        """One lock per SDK handler (keyed by the handler): see "Concurrency" above."""
         self._inflight: dict[str, asyncio.Task[list[Any]]] = {}
         self._stash: dict[str, list[Any]] = {}
         self._held: set[SbLock] = set()
@@ -261,7 +273,7 @@ class ServiceBusDriver:
         for lock in list(self._held):  # delayed retries held on a subscription go back now
             if lock.abandon_at_ms is not None and not lock.lease.lost:
                 with contextlib.suppress(Exception):
-                    await lock.receiver.abandon_message(lock.message)
+                    await self._call(lock.receiver, "abandon_message", lock.message)
         self._held.clear()
         for task in list(self._inflight.values()):
             with contextlib.suppress(BaseException):
@@ -270,7 +282,7 @@ class ServiceBusDriver:
             receiver = self._receivers[queue]
             for sdk_message in stash:
                 with contextlib.suppress(Exception):
-                    await receiver.abandon_message(sdk_message)
+                    await self._call(receiver, "abandon_message", sdk_message)
         self._stash.clear()
         await self._release_clients()
 
@@ -278,6 +290,7 @@ class ServiceBusDriver:
         handlers = [*self._receivers.values(), *self._senders.values()]
         self._receivers.clear()
         self._senders.clear()
+        self._gates.clear()
         await asyncio.gather(*(h.close() for h in handlers), return_exceptions=True)
         client, self._client = self._client, None
         credential, self._credential = self._credential, None
@@ -290,10 +303,23 @@ class ServiceBusDriver:
 
     async def _open(self, queue: str) -> None:
         receiver = self._receiver(queue)
-        await asyncio.wait_for(receiver.__aenter__(), 30)
+        async with self._gate(receiver):
+            await asyncio.wait_for(receiver.__aenter__(), 30)
         # A refused attach can go unnoticed until the first receive; a peek proves the entity
         # exists and the credential may listen (and opens the link that renewals use).
-        await asyncio.wait_for(receiver.peek_messages(max_message_count=1), 30)
+        await asyncio.wait_for(self._call(receiver, "peek_messages", max_message_count=1), 30)
+
+    def _gate(self, handler: Any) -> asyncio.Lock:
+        gate = self._gates.get(handler)
+        if gate is None:
+            gate = self._gates[handler] = asyncio.Lock()
+        return gate
+
+    async def _call(self, handler: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``handler.method(...)`` alone on that handler: the SDK cannot (re)open a handler
+        or run management requests concurrently (see "Concurrency" above)."""
+        async with self._gate(handler):
+            return await getattr(handler, method)(*args, **kwargs)
 
     @property
     def dead_letter_enabled(self) -> bool:
@@ -361,6 +387,8 @@ class ServiceBusDriver:
 
     async def _sdk_receive(self, queue: str, max_messages: int, wait_s: float) -> list[Any]:
         receiver = self._receiver(queue)
+        async with self._gate(receiver):  # (re)open alone; the long poll itself runs unlocked
+            await receiver.__aenter__()
         result: list[Any] = await receiver.receive_messages(
             max_message_count=max_messages, max_wait_time=wait_s
         )
@@ -418,7 +446,7 @@ class ServiceBusDriver:
         lock = self._lock(message, action)
         self._held.discard(lock)
         with _sdk_errors(f"{action} {message.id}"):
-            await getattr(lock.receiver, action)(lock.message, **kwargs)
+            await self._call(lock.receiver, action, lock.message, **kwargs)
 
     async def ack(self, message: Message) -> None:
         await self._settle(message, "complete_message")
@@ -450,7 +478,7 @@ class ServiceBusDriver:
             raise LeaseLost(f"lock on message {message.id} expired before the retry")
         copy = self._copy(message, lock.message, delay_s)
         with _sdk_errors(f"schedule retry copy of {message.id}"):
-            await self._sender(lock.queue).send_messages(copy)
+            await self._call(self._sender(lock.queue), "send_messages", copy)
         await self._settle(message, "complete_message")
 
     async def release(self, message: Message, delay_s: float = 0.0) -> None:
@@ -479,7 +507,7 @@ class ServiceBusDriver:
         lock = self._lock(message, "extend")
         try:
             with _sdk_errors(f"renew lock of {message.id}"):
-                until = await lock.receiver.renew_message_lock(lock.message)
+                until = await self._renew(lock)
         except DriverError:
             lock.lease.lost = True
             self._held.discard(lock)
@@ -487,6 +515,20 @@ class ServiceBusDriver:
         lock.lease_until_ms = max(_ms(until) or 0, now_ms() + int(duration_s * 1000))
         self._held.add(lock)
         message.lease.deadline_ms = lock.lease_until_ms
+
+    async def _renew(self, lock: SbLock) -> Any:
+        """Renew ``lock``, or join the renewal already in flight for it: two renewals of one
+        lock at once (lease keeper and background renewal) made the SDK's renew-lock fail."""
+        task = lock.renewal
+        if task is None or task.done():
+            task = lock.renewal = asyncio.create_task(
+                self._call(lock.receiver, "renew_message_lock", lock.message)
+            )
+            # Retrieved here too, so an error nobody awaits (every waiter was cancelled) is
+            # not reported as "never retrieved"; the waiters see it through the shield.
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        # Shielded: a cancelled waiter must not cancel the renewal another waiter shares.
+        return await asyncio.shield(task)
 
     async def _renew_loop(self) -> None:
         """Keep locks alive up to each lease goal; abandon held retries when due."""
@@ -499,7 +541,7 @@ class ServiceBusDriver:
                 if lock.abandon_at_ms is not None and lock.abandon_at_ms <= now:
                     self._held.discard(lock)
                     with contextlib.suppress(Exception):
-                        await lock.receiver.abandon_message(lock.message)
+                        await self._call(lock.receiver, "abandon_message", lock.message)
                     continue
                 locked_until = _ms(lock.message.locked_until_utc) or 0
                 if lock.lease_until_ms <= now:
@@ -508,7 +550,7 @@ class ServiceBusDriver:
                     locked_until - now <= self.options.renew_margin_s * 1000
                 ):
                     try:
-                        await lock.receiver.renew_message_lock(lock.message)
+                        await self._renew(lock)
                     except Exception as exc:
                         lock.lease.lost = True
                         self._held.discard(lock)
@@ -534,12 +576,12 @@ class ServiceBusDriver:
             message_id=message_id,
         )
         with _sdk_errors(f"send to {queue}"):
-            await self._sender(queue).send_messages(message)
+            await self._call(self._sender(queue), "send_messages", message)
         return message_id
 
     async def ping(self) -> None:
         queue = self.context.queues[0]
         try:
-            await self._receiver(queue).peek_messages(max_message_count=1)
+            await self._call(self._receiver(queue), "peek_messages", max_message_count=1)
         except Exception as exc:
             raise DriverUnavailable(f"service bus ping: {type(exc).__name__}: {exc}") from exc

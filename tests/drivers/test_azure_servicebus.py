@@ -334,3 +334,36 @@ async def late_broker() -> AsyncIterator[LateBroker]:
 
     yield LateBroker(queue, make_driver, bring_up, publish)
     broker.stop()
+
+
+async def test_concurrent_extends_and_delayed_retries_on_one_handler(bus: Bus) -> None:
+    """Concurrency 8 on one receiver and one (not yet opened) sender: two extends of each
+    lock at once while the background renewal (lease longer than the 1 s lock, margin = the
+    whole lock) renews the same locks and a receive polls for the free slots, then eight
+    delayed retries at once. Every lock holds
+    (nothing is delivered twice) and every retry copy is scheduled. The azure-servicebus
+    handlers are not safe for concurrent (re)opening: this failed before the driver
+    serialised them (renew-lock errors, ``'NoneType' ... 'create_sender_link'``)."""
+    queue = bus.queue("conc", lock_s=1.0)
+    driver = await bus.driver((queue,), lease_s=2.0, renew_margin_s=1.0)
+    other = await bus.driver((queue,), lease_s=1.0)
+    bodies = sorted(f"m{n}".encode() for n in range(8))
+    for body in bodies:
+        await bus.send(queue, body)
+    messages = await receive_all(driver, queue, 8)
+    assert sorted(m.body for m in messages) == bodies
+    for _ in range(4):  # 2 s of concurrent renewals (two lock durations), next to a receive
+        polled = asyncio.ensure_future(driver.receive(queue, 8, 0.5))  # the idle slots' poll
+        await asyncio.gather(*(driver.extend(m, 2.0) for m in messages for _ in range(2)))
+        assert await polled == []
+        assert await other.receive(queue, 8, 0.2) == []  # no lock lapsed: nothing redelivered
+    await asyncio.gather(*(driver.retry(m, 1.0) for m in messages))
+    counts = bus.broker.counts(queue)
+    assert (counts.active, counts.locked, counts.scheduled) == (0, 0, 8)
+    again = await receive_all(driver, queue, 8, timeout_s=10)
+    assert sorted(m.body for m in again) == bodies  # each delivered once more, no duplicate
+    assert {m.attempt for m in again} == {2}
+    await asyncio.gather(*(driver.ack(m) for m in again))
+    assert await other.receive(queue, 8, 1.0) == []
+    counts = bus.broker.counts(queue)
+    assert (counts.active, counts.locked, counts.scheduled) == (0, 0, 0)

@@ -23,15 +23,6 @@ pytestmark = pytest.mark.azure
 class TestServiceBusScenarios(SidecarScenarios):
     # The SDK's first connection to the test broker can take a while on a busy machine.
     ready_timeout_s: ClassVar[float] = 30
-    # KNOWN DRIVER BUG (reported in the closing note of #12): concurrent SDK operations on one
-    # handler fail in the azure_servicebus driver. Two renewals of one lock at once (the
-    # background renewal, renew_margin_s >= a short lock, and the lease keeper) make the
-    # renew-lock management call fail and the lock lapse; two concurrent scheduled retry
-    # copies fail with "'NoneType' object has no attribute 'create_sender_link'". Both scenarios
-    # pass at concurrency 1 with a 2 s lock; set these back to the defaults once it is fixed.
-    concurrency: ClassVar[int] = 1
-    app_down_concurrency: ClassVar[int] = 1
-    short_lease_s: ClassVar[float] = 2.0
 
     @pytest.fixture
     def topology(self, servicebus_topology: ServiceBusTopology) -> ServiceBusTopology:
