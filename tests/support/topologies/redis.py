@@ -72,8 +72,17 @@ class RedisTopology:
         the group exists."""
         for group in self.raw.xinfo_groups(stream):
             if group["name"] == GROUP.encode():
-                return int(group["lag"] or 0) + int(group["pending"])
+                return self._lag(stream, group) + int(group["pending"])
         return -1
+
+    def _lag(self, stream: str, group: dict[bytes | str, Any]) -> int:
+        """Entries after the group's last-delivered id. Redis reports ``lag`` as null when
+        it cannot tell (after an AOF reload, or entries deleted mid-stream): then count."""
+        if group["lag"] is not None:
+            return int(group["lag"])
+        last = group["last-delivered-id"]
+        after = f"({last.decode() if isinstance(last, bytes) else last}"
+        return len(self.raw.xrange(stream, min=after))
 
     def driver_options(self) -> dict[str, Any]:
         # idle replicas look for lapsed leases twice a second: the lease scenarios use 1 s
