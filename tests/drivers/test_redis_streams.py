@@ -520,38 +520,33 @@ async def test_server_restart_keeps_everything_and_the_driver_recovers(tmp_path:
 
 
 async def test_depth_counts_the_backlog_when_redis_reloaded_its_append_only_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After an AOF reload XINFO GROUPS reports ``lag`` (and ``entries-read``) as null: depth
     counts the entries after the group's last-delivered id instead, within its cap on each
     side of that id, and says None (unknown) beyond it."""
-    server = OwnRedis(tmp_path / "redis")
-    server.start()
-    raw = aioredis.Redis.from_url(server.url)
-    try:
-        driver = RedisDriver(RedisOptions(url=server.url),  # type: ignore[arg-type]
-                             DriverContext(queues=("q",), lease_duration_s=30))
-        await driver.start()
-        for n in range(6):
-            await driver.publish("q", str(n).encode())
-        [held] = await receive_all(driver, "q", 1)
-        [parked] = await receive_all(driver, "q", 1)
-        await driver.retry(parked, 0)  # parked and due at once: visible too
-        server.stop()
-        server.start()
-        [group] = await raw.xinfo_groups("q")
-        assert group["lag"] is None  # else this test no longer covers the reload
-        depth = await driver.depth("q")
-        assert (depth.visible, depth.in_flight, depth.delayed) == (5, 1, 0)
-        monkeypatch.setattr(redis_streams, "UNREAD_COUNT_CAP", 3)  # 4 after, 2 at or before
-        assert (await driver.depth("q")).visible == 5
-        monkeypatch.setattr(redis_streams, "UNREAD_COUNT_CAP", 2)  # both sides beyond it
-        assert (await driver.depth("q")).visible is None
-        await driver.ack(held)
-        await driver.close()
-    finally:
-        await raw.aclose()
-        server.stop()
+    driver = RedisDriver(RedisOptions(url=own_redis.url),  # type: ignore[arg-type]
+                         DriverContext(queues=("q",), lease_duration_s=30))
+    await driver.start()
+    for n in range(6):
+        await driver.publish("q", str(n).encode())
+    [held] = await receive_all(driver, "q", 1)
+    [parked] = await receive_all(driver, "q", 1)
+    await driver.retry(parked, 0)  # parked and due at once: visible too
+    own_redis.stop()
+    own_redis.start()
+    raw = aioredis.Redis.from_url(own_redis.url)
+    [group] = await raw.xinfo_groups("q")
+    await raw.aclose()
+    assert group["lag"] is None  # else this test no longer covers the reload
+    depth = await driver.depth("q")
+    assert (depth.visible, depth.in_flight, depth.delayed) == (5, 1, 0)
+    monkeypatch.setattr(redis_streams, "UNREAD_COUNT_CAP", 3)  # 4 after, 2 at or before
+    assert (await driver.depth("q")).visible == 5
+    monkeypatch.setattr(redis_streams, "UNREAD_COUNT_CAP", 2)  # both sides beyond it
+    assert (await driver.depth("q")).visible is None
+    await driver.ack(held)
+    await driver.close()
 
 
 async def test_group_lost_with_the_data_is_declared_again(tmp_path: Path) -> None:
