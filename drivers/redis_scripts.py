@@ -163,3 +163,18 @@ for _, flat in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
 end
 return 0
 """
+
+UNREAD = """
+-- KEYS: stream. ARGV: the group's last-delivered id, cap. Reply: how many entries come after
+-- that id, or -1 if more than `cap` stand on each side of it. Used when XINFO GROUPS reports
+-- `lag` as null (after an AOF reload, or an entry deleted mid-stream). Counted here so that
+-- no payload crosses the network; at most `cap` entries are read on each side, so a huge
+-- stream is never walked: the entries after the id if few, else the stream's length less
+-- the few at or before it.
+local stream, last, cap = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local after = #redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', cap)
+if after < cap then return after end
+local before = #redis.call('XREVRANGE', stream, last, '-', 'COUNT', cap)
+if before < cap then return redis.call('XLEN', stream) - before end
+return -1
+"""

@@ -51,6 +51,12 @@ that the worker retries settles and the sidecar reconnects. A script repeated be
 reply was lost can at worst take a message one attempt early (it comes back when its lease
 lapses) or report a settle that happened as ``LeaseLost``; it never loses a message.
 
+Depth: ``visible`` is the group's ``lag`` (entries not yet delivered) plus the parked
+messages now due. Redis reports ``lag`` as null after reloading its append-only file (or once
+an entry was deleted mid-stream); the entries after the last-delivered id are then counted in
+Redis, reading at most ``UNREAD_COUNT_CAP`` on each side of that id, and ``visible`` is None
+(unknown) beyond it, never the cap passed off as the backlog.
+
 Not supported: Redis Cluster (a dead letter and its source are written in one script, and
 stream names are not hash-tagged) and Sentinel.
 """
@@ -98,6 +104,10 @@ DATA_FIELD = b"data"
 METADATA_FIELD = b"metadata"
 MALFORMED_METADATA_FIELD = b"malformed_metadata"
 PARKED_SUFFIX = ":parked"
+UNREAD_COUNT_CAP = 1000
+"""How many entries ``depth`` reads at most on each side of a group's last-delivered id when
+Redis reports no ``lag``: counted in Redis (no payload crosses the network) but each read
+entry is copied there, so the cap bounds that work and memory on a long stream."""
 _SCHEMES = ("redis://", "rediss://", "unix://")
 
 log = get_logger(__name__)
@@ -178,7 +188,8 @@ class RedisDriver:
         self._waiter = self._make_client(None)  # blocking reads: bounded by wait_for instead
         self._scripts = {
             name: self._client.register_script(getattr(redis_scripts, name))
-            for name in ("CLAIM", "ACK", "EXTEND", "PARK", "DEAD_LETTER", "FORGET_CONSUMER")
+            for name in ("CLAIM", "ACK", "EXTEND", "PARK", "DEAD_LETTER", "FORGET_CONSUMER",
+                         "UNREAD")
         }
         self._declared: set[str] = set()
         self._background: set[asyncio.Future[None]] = set()
@@ -390,15 +401,28 @@ class RedisDriver:
                 pipe.zcount(parked_set, "-inf", now)
                 pipe.xrange(queue, min=f"({group['last-delivered-id']}", count=1)
                 parked, due, oldest = await pipe.execute()
-        lag = group.get("lag")
+        lag = await self._lag(queue, group)
         age = None
         if oldest:
             age = max(0.0, (now - int(_text(oldest[0][0]).split("-", 1)[0])) / 1000)
         return QueueDepth(
-            visible=None if lag is None else int(lag) + int(due),
+            visible=None if lag is None else lag + int(due),
             in_flight=int(group["pending"]) - int(parked),
             delayed=int(parked) - int(due), oldest_age_s=age,
         )
+
+    async def _lag(self, queue: str, group: dict[str, Any]) -> int | None:
+        """Entries not yet delivered to the group. Redis reports ``lag`` as null when it
+        cannot tell (after it reloads its append-only file, or an entry was deleted mid-stream):
+        then they are counted in Redis, reading at most ``UNREAD_COUNT_CAP`` entries on each
+        side of the group's last-delivered id; beyond that the answer is None ("cannot say",
+        as every ``QueueDepth`` field): a cap reported as a count would pass for the backlog."""
+        if group.get("lag") is not None:
+            return int(group["lag"])
+        with _redis_errors(f"depth of {queue!r}"):
+            unread = await self._scripts["UNREAD"](
+                keys=[queue], args=[group["last-delivered-id"], UNREAD_COUNT_CAP])
+        return None if int(unread) < 0 else int(unread)
 
     async def _group_info(self, queue: str) -> dict[str, Any]:
         for attempt in range(2):

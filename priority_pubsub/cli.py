@@ -6,10 +6,12 @@ Exit codes: 0 clean, 1 fatal error, 2 invalid config (one line naming the key pa
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import json
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -63,7 +65,51 @@ StrOption = Annotated[str | None, typer.Option(rich_help_panel=_DAPRD)]
 IntOption = Annotated[int | None, typer.Option(rich_help_panel=_DAPRD)]
 BoolOption = Annotated[bool | None, typer.Option(rich_help_panel=_DAPRD)]
 ListOption = Annotated[list[str] | None, typer.Option(rich_help_panel=_DAPRD)]
+DAPRD_OPTIONS: dict[str, Any] = {
+    "app_id": AppIdOption, "resources_path": ResourcesOption, "app_port": AppPortOption,
+    "app_protocol": StrOption, "app_max_concurrency": IntOption,
+    "dapr_graceful_shutdown_seconds": IntOption, "log_level": StrOption,
+    "disable_init_endpoints": ListOption, "dapr_http_port": IntOption,
+    "dapr_grpc_port": IntOption, "max_body_size": StrOption,
+    "enable_app_health_check": BoolOption, "app_health_check_path": StrOption,
+    "app_health_probe_interval": IntOption, "app_health_probe_timeout": IntOption,
+    "app_health_threshold": IntOption,
+}
+"""daprd's flags as ``run`` and ``check`` take them (parameter name: its typer option), in
+the order their help lists them; declared once so the two commands cannot drift apart."""
+_HEALTH = ("enable_app_health_check", "app_health_check_path", "app_health_probe_interval",
+           "app_health_probe_timeout", "app_health_threshold")
+"""Passed on keyed by their flag name (``DaprdFlags.health``), as daprd names them."""
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _daprd_command(command: Callable[..., None]) -> Callable[..., None]:
+    """Register ``command`` taking daprd's command line: the options of ``DAPRD_OPTIONS``
+    stand in its signature where its ``flags`` parameter is, and it gets them as one
+    ``DaprdFlags``; an unknown extra argument is refused (exit 2) before it runs.
+
+    Typer builds a command from its function's signature, so the shared options are given
+    to it as a rewritten ``__signature__`` (one declaration, one parser for both commands)."""
+    own = inspect.signature(command, eval_str=True).parameters.values()
+    ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                            annotation=typer.Context)
+    params = [ctx]
+    for param in own:
+        if param.name != "flags":
+            params.append(param)
+            continue
+        params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                     default=None, annotation=option)
+                   for name, option in DAPRD_OPTIONS.items()]
+
+    @functools.wraps(command)
+    def with_flags(ctx: typer.Context, **given: Any) -> None:
+        daprd = {name: given.pop(name) for name in DAPRD_OPTIONS}
+        command(flags=_flags(ctx, daprd), **given)
+
+    with_flags.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    with_flags.__annotations__ = {param.name: param.annotation for param in params}
+    return app.command(context_settings=_EXTRA)(with_flags)
 
 
 def _loaded(config: Path | None, flags: DaprdFlags, *, reach_app: bool) -> Loaded:
@@ -77,13 +123,13 @@ def _loaded(config: Path | None, flags: DaprdFlags, *, reach_app: bool) -> Loade
         _fail(str(exc), 1)
 
 
-def _flags(ctx: typer.Context, **given: Any) -> DaprdFlags:
+def _flags(ctx: typer.Context, given: dict[str, Any]) -> DaprdFlags:
     try:
         reject_unknown(list(ctx.args))
     except ConfigError as exc:
         _fail(str(exc), 2)
-    health = {name: value for name, value in given.items()
-              if name.startswith("--") and value is not None}
+    health = {"--" + name.replace("_", "-"): given[name] for name in _HEALTH
+              if given[name] is not None}
     return DaprdFlags(
         app_id=given["app_id"], app_port=given["app_port"], app_protocol=given["app_protocol"],
         resources_path=list(given["resources_path"] or []),
@@ -112,26 +158,11 @@ def _run_reporting(coro: Coroutine[Any, Any, T]) -> T:
         _fail(str(exc), 1)
 
 
-@app.command(context_settings=_EXTRA)
+@_daprd_command
 def run(
-    ctx: typer.Context,
     config: ConfigOption = None,
-    app_id: AppIdOption = None,
-    resources_path: ResourcesOption = None,
-    app_port: AppPortOption = None,
-    app_protocol: StrOption = None,
-    app_max_concurrency: IntOption = None,
-    dapr_graceful_shutdown_seconds: IntOption = None,
-    log_level: StrOption = None,
-    disable_init_endpoints: ListOption = None,
-    dapr_http_port: IntOption = None,
-    dapr_grpc_port: IntOption = None,
-    max_body_size: StrOption = None,
-    enable_app_health_check: BoolOption = None,
-    app_health_check_path: StrOption = None,
-    app_health_probe_interval: IntOption = None,
-    app_health_probe_timeout: IntOption = None,
-    app_health_threshold: IntOption = None,
+    *,
+    flags: DaprdFlags,
     provision: Annotated[bool, typer.Option(
         "--provision", help="First create what the config needs on the broker (as "
         "`priority-pubsub provision`; drift is logged, not changed).")] = False,
@@ -143,7 +174,6 @@ def run(
     from priority_pubsub.logs import configure_logging
     from priority_pubsub.sidecar import Sidecar
 
-    flags = _flags(ctx, **_daprd_arguments(locals()))
     loaded = _loaded(config, flags, reach_app=True)
     settings = loaded.settings
     configure_logging(settings.log.level, settings.log.format)
@@ -186,46 +216,20 @@ async def _provision_at_start(settings: Settings) -> None:
         log.info(note)
 
 
-def _daprd_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The daprd flags among a command's arguments; health flags keyed by their flag name."""
-    health = ("enable_app_health_check", "app_health_check_path", "app_health_probe_interval",
-              "app_health_probe_timeout", "app_health_threshold")
-    given = {key: value for key, value in arguments.items()
-             if key not in ("ctx", "config", "offline", "provision", *health)}
-    given.update({"--" + key.replace("_", "-"): arguments[key] for key in health})
-    return given
-
-
-@app.command(context_settings=_EXTRA)
+@_daprd_command
 def check(
-    ctx: typer.Context,
     config: ConfigOption = None,
     offline: Annotated[bool, typer.Option(
         help="Only validate (config, driver options, transforms); reach nothing. For CI and "
         "for rendered manifests.")] = False,
-    app_id: AppIdOption = None,
-    resources_path: ResourcesOption = None,
-    app_port: AppPortOption = None,
-    app_protocol: StrOption = None,
-    app_max_concurrency: IntOption = None,
-    dapr_graceful_shutdown_seconds: IntOption = None,
-    log_level: StrOption = None,
-    disable_init_endpoints: ListOption = None,
-    dapr_http_port: IntOption = None,
-    dapr_grpc_port: IntOption = None,
-    max_body_size: StrOption = None,
-    enable_app_health_check: BoolOption = None,
-    app_health_check_path: StrOption = None,
-    app_health_probe_interval: IntOption = None,
-    app_health_probe_timeout: IntOption = None,
-    app_health_threshold: IntOption = None,
+    *,
+    flags: DaprdFlags,
 ) -> None:
     """Validate the config, reach the driver and the app, print the config (secrets masked).
 
     In Dapr mode also check every subscription's routes against the app."""
     from priority_pubsub.ops import check_reachability
 
-    flags = _flags(ctx, **_daprd_arguments(locals()))
     loaded = _loaded(config, flags, reach_app=not offline)
     settings = loaded.settings
     # Secrets are typed (they dump masked); redact() also catches credentials in plain keys.

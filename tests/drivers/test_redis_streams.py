@@ -19,7 +19,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from priority_pubsub.config import validate_config
-from priority_pubsub.drivers.base import DEAD_LETTER_REASON, DEAD_LETTER_SOURCE, DriverContext
+from priority_pubsub.drivers import redis_streams
+from priority_pubsub.drivers.base import (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    DriverContext,
+    Message,
+)
 from priority_pubsub.drivers.redis_streams import RedisDriver, RedisOptions
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from tests.drivers.conformance import (
@@ -489,18 +495,27 @@ async def test_tls_with_a_private_ca(tmp_path: Path) -> None:
         server.stop()
 
 
+async def _one_held_one_parked(url: str, published: int, park_s: float,
+                               **options: Any) -> tuple[RedisDriver, Message]:
+    """A driver on stream ``q`` of ``url`` with ``published`` entries ``b"0"``, ``b"1"``...:
+    it holds the first and has parked the second for ``park_s``; the held one is returned."""
+    driver = RedisDriver(RedisOptions.model_validate({"url": url, **options}),
+                         DriverContext(queues=("q",), lease_duration_s=30))
+    await driver.start()
+    for n in range(published):
+        await driver.publish("q", str(n).encode())
+    [held] = await receive_all(driver, "q", 1)
+    [parked] = await receive_all(driver, "q", 1)
+    await driver.retry(parked, park_s)
+    return driver, held
+
+
 async def test_server_restart_keeps_everything_and_the_driver_recovers(tmp_path: Path) -> None:
     server = OwnRedis(tmp_path / "redis")
     server.start()
     try:
-        driver = RedisDriver(RedisOptions(url=server.url, reclaim_interval_s=0.2),  # type: ignore[arg-type]
-                             DriverContext(queues=("q",), lease_duration_s=30))
-        await driver.start()
-        for n in range(3):
-            await driver.publish("q", str(n).encode())
-        [held] = await receive_all(driver, "q", 1)
-        [parked] = await receive_all(driver, "q", 1)
-        await driver.retry(parked, 1)
+        driver, held = await _one_held_one_parked(server.url, 3, park_s=1,
+                                                  reclaim_interval_s=0.2)
         server.stop(kill=True)  # kill -9: the append-only file was fsynced on every write
         with pytest.raises(DriverUnavailable):
             await driver.ping()
@@ -516,6 +531,29 @@ async def test_server_restart_keeps_everything_and_the_driver_recovers(tmp_path:
         await driver.close()
     finally:
         server.stop()
+
+
+async def test_depth_counts_the_backlog_when_redis_reloaded_its_append_only_file(
+    own_redis: OwnRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an AOF reload XINFO GROUPS reports ``lag`` (and ``entries-read``) as null: depth
+    counts the entries after the group's last-delivered id instead, within its cap on each
+    side of that id, and says None (unknown) beyond it."""
+    driver, held = await _one_held_one_parked(own_redis.url, 6, park_s=0)  # due: visible too
+    own_redis.stop()
+    own_redis.start()
+    raw = aioredis.Redis.from_url(own_redis.url)
+    [group] = await raw.xinfo_groups("q")
+    await raw.aclose()
+    assert group["lag"] is None  # else this test no longer covers the reload
+    depth = await driver.depth("q")
+    assert (depth.visible, depth.in_flight, depth.delayed) == (5, 1, 0)
+    monkeypatch.setattr(redis_streams, "UNREAD_COUNT_CAP", 3)  # 4 after, 2 at or before
+    assert (await driver.depth("q")).visible == 5
+    monkeypatch.setattr(redis_streams, "UNREAD_COUNT_CAP", 2)  # both sides beyond it
+    assert (await driver.depth("q")).visible is None
+    await driver.ack(held)
+    await driver.close()
 
 
 async def test_group_lost_with_the_data_is_declared_again(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from priority_pubsub.config import load_config
 from priority_pubsub.ops import publish_messages
 from tests.support.app import Received, RecordingApp
 from tests.support.sidecar import SidecarProcess, cli
+from tests.support.waiting import wait_until
 
 
 def publish(config: Path, queue: str, data: str, count: int = 1,
@@ -91,15 +91,6 @@ def assert_strict_with_a_late_high(received: list[Received], high: str, low: str
     assert all(r.event["attempt"] == 1 for r in received)
 
 
-def wait_until(predicate: Any, timeout_s: float = 20, interval_s: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval_s)
-    raise AssertionError(f"condition not met within {timeout_s}s")
-
-
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -115,17 +106,6 @@ def serve_until_drained(directory: Path, config: dict[str, Any], app: RecordingA
     finally:
         assert sidecar.stop() == 0
     return sidecar
-
-
-def orders_received(app: Any, count: int, timeout_s: float = 30) -> list[int]:
-    """The quickstart order-processors' "Subscriber received : N" lines, once ``count`` have
-    arrived and a second more has passed (a duplicate would show up in it)."""
-    import re
-
-    pattern = r"Subscriber received : (\d+)"
-    wait_until(lambda: len(re.findall(pattern, app.output())) >= count, timeout_s)
-    time.sleep(1)
-    return [int(n) for n in re.findall(pattern, app.output())]
 
 
 def assert_each_order_once(received: list[int], app: Any, journal: Path, orders: int

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.helpers import assert_each_order_once, orders_received
+from tests.e2e.helpers import assert_each_order_once
 from tests.support.app_venv import running_app
 from tests.support.dapr_resources import (
     Sns,
@@ -22,13 +22,10 @@ from tests.support.dapr_resources import (
     write_resources,
 )
 from tests.support.moto_server import MotoServer
+from tests.support.quickstarts import FLASK, ORDERS, QUICKSTARTS, UVICORN, orders_received
 from tests.support.sidecar import start_sidecar
 
 pytestmark = pytest.mark.sqs
-QUICKSTARTS = Path(__file__).resolve().parents[1] / "thirdparty" / "quickstarts"
-ORDERS = 9  # the quickstart's checkout publishes orderId 1..9
-FLASK = ["{python}", "app.py"]
-UVICORN = ["{python}", "-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", "{port}"]
 
 
 @pytest.mark.parametrize(("app_dir", "command"), [

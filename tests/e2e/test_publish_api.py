@@ -25,35 +25,20 @@ from dapr.proto.runtime.v1.pubsub_pb2 import PublishEventRequest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from tests.e2e.helpers import (
-    assert_each_order_once,
-    journal_records,
-    orders_received,
-    queue_rows,
-)
+from tests.e2e.helpers import assert_each_order_once, journal_records, queue_rows
 from tests.support.app import RecordingApp, Reply
 from tests.support.app_venv import running_app
 from tests.support.dapr_resources import Sns, dapr_config, snssqs_component, write_resources
 from tests.support.moto_server import MotoServer
+from tests.support.quickstarts import (
+    CHECKOUTS,
+    ORDERS,
+    QUICKSTARTS,
+    checkout_to_subscriber,
+    publish_api,
+)
 from tests.support.servers import free_port
 from tests.support.sidecar import local_config, start_sidecar
-
-QUICKSTARTS = Path(__file__).resolve().parents[1] / "thirdparty" / "quickstarts"
-ORDERS = 9  # each checkout publishes orderId 1..9, a second apart
-CHECKOUTS = ["http-checkout", "sdk-checkout"]
-
-
-def publish_api(**overrides: Any) -> dict[str, Any]:
-    return {"host": "127.0.0.1", "http_port": free_port(), "grpc_port": free_port(),
-            **overrides}
-
-
-def run_checkout(tmp_path: Path, checkout: str, api: dict[str, Any]) -> str:
-    env = {"DAPR_HTTP_PORT": str(api["http_port"]), "DAPR_GRPC_PORT": str(api["grpc_port"])}
-    with running_app(QUICKSTARTS / checkout, ["{python}", "app.py"], tmp_path / "checkout.log",
-                     env=env, wait="none") as publisher:
-        assert publisher.wait_exit(60) == 0, publisher.output()
-        return publisher.output()
 
 
 @pytest.mark.local
@@ -65,12 +50,7 @@ def test_quickstart_checkout_to_order_processor_on_local(tmp_path: Path, checkou
         config = local_config(tmp_path, app.url, queues=[{"name": "orders", "route": "/orders"}],
                               app={"url": app.url, "pubsub_name": "orderpubsub"},
                               publish_api=api)
-        sidecar = start_sidecar(tmp_path, config)
-        try:
-            output = run_checkout(tmp_path, checkout, api)
-            received = orders_received(app, ORDERS)
-        finally:
-            assert sidecar.stop() == 0
+        output, received = checkout_to_subscriber(tmp_path, config, checkout, api, app)
     assert output.count("Published data") == ORDERS
     assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
 
@@ -87,12 +67,8 @@ def test_quickstart_checkout_to_order_processor_on_sqs(
     with running_app(QUICKSTARTS / "http-order-processor", ["{python}", "app.py"],
                      tmp_path / "app.log") as app:
         config = dapr_config(tmp_path, resources, app_id, app.url, publish_api=api)
-        sidecar = start_sidecar(tmp_path, config, ready_timeout_s=60)
-        try:
-            run_checkout(tmp_path, checkout, api)
-            received = orders_received(app, ORDERS)
-        finally:
-            assert sidecar.stop() == 0
+        _, received = checkout_to_subscriber(tmp_path, config, checkout, api, app,
+                                             ready_timeout_s=60)
     assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
     assert sns.visible(f"{app_id}-orders") == 0
 

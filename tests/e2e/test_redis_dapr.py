@@ -18,16 +18,23 @@ import redis
 from priority_pubsub.dapr.components import ComponentContext
 from priority_pubsub.dapr.redis_kind import RedisStreams, go_duration_s
 from priority_pubsub.errors import ConfigError
-from tests.e2e.helpers import assert_each_order_once, orders_received
-from tests.e2e.test_dapr_quickstarts import FLASK, QUICKSTARTS
-from tests.e2e.test_publish_api import CHECKOUTS, publish_api, run_checkout
+from tests.e2e.helpers import assert_each_order_once
 from tests.support.app_venv import running_app
 from tests.support.dapr_resources import dapr_config, dapr_event
+from tests.support.quickstarts import (
+    CHECKOUTS,
+    FLASK,
+    ORDERS,
+    QUICKSTARTS,
+    checkout_to_subscriber,
+    orders_received,
+    publish_api,
+)
 from tests.support.redis_server import OwnRedis
 from tests.support.sidecar import start_sidecar
+from tests.support.topologies.redis import group_lag
 
 pytestmark = pytest.mark.redis
-ORDERS = 9
 QUICKSTART_COMPONENT = """\
 apiVersion: dapr.io/v1alpha1
 kind: Component
@@ -44,13 +51,19 @@ spec:
 """
 
 
-def test_quickstart_redis_component_and_subscriber_get_every_order_once(
-    tmp_path: Path, own_redis: OwnRedis
-) -> None:
+def _quickstart_resources(tmp_path: Path, own_redis: OwnRedis) -> Path:
+    """The quickstart's component, its ``localhost:6379`` pointed at the test's own Redis."""
     resources = tmp_path / "resources"
     resources.mkdir()
     (resources / "pubsub.yaml").write_text(
         QUICKSTART_COMPONENT.replace("localhost:6379", f"127.0.0.1:{own_redis.port}"))
+    return resources
+
+
+def test_quickstart_redis_component_and_subscriber_get_every_order_once(
+    tmp_path: Path, own_redis: OwnRedis
+) -> None:
+    resources = _quickstart_resources(tmp_path, own_redis)
     app_id = f"order-processor-{uuid.uuid4().hex[:8]}"
     raw = redis.Redis.from_url(own_redis.url)
     with running_app(QUICKSTARTS / "http-order-processor", FLASK, tmp_path / "app.log") as app:
@@ -65,7 +78,8 @@ def test_quickstart_redis_component_and_subscriber_get_every_order_once(
             assert sidecar.stop() == 0
     assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
     [group] = raw.xinfo_groups("orders")  # daprd's layout: group = consumerID = the app id
-    assert (group["name"].decode(), group["pending"], group["lag"]) == (app_id, 0, 0)
+    assert (group["name"].decode(), group["pending"], group_lag(raw, "orders", group)) == (
+        app_id, 0, 0)
     raw.close()
 
 
@@ -76,20 +90,13 @@ def test_quickstart_checkout_publishes_through_the_redis_component(
     """The pinned checkout publishers (HTTP, and the SDK over gRPC) through the sidecar's
     publish API onto the quickstart's component, as daprd's Publish writes: ``XADD orders *
     data <cloudevent>``; the subscriber behind the same sidecar gets every order once."""
-    resources = tmp_path / "resources"
-    resources.mkdir()
-    (resources / "pubsub.yaml").write_text(
-        QUICKSTART_COMPONENT.replace("localhost:6379", f"127.0.0.1:{own_redis.port}"))
+    resources = _quickstart_resources(tmp_path, own_redis)
     api = publish_api()
     with running_app(QUICKSTARTS / "http-order-processor", FLASK, tmp_path / "app.log") as app:
         config = dapr_config(tmp_path, resources, "order-processor", app.url, driver={},
                              publish_api=api)
-        sidecar = start_sidecar(tmp_path, config, ready_timeout_s=60)
-        try:
-            run_checkout(tmp_path, checkout, api)
-            received = orders_received(app, ORDERS)
-        finally:
-            assert sidecar.stop() == 0
+        _, received = checkout_to_subscriber(tmp_path, config, checkout, api, app,
+                                             ready_timeout_s=60)
     assert_each_order_once(received, app, tmp_path / "journal", ORDERS)
     raw = redis.Redis.from_url(own_redis.url)
     entries = raw.xrange("orders")

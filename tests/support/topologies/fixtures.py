@@ -3,9 +3,10 @@ the session's server for one test, closed after it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import pytest
 
@@ -17,10 +18,28 @@ if TYPE_CHECKING:
     from tests.support.redis_server import OwnRedis
     from tests.support.servicebus import ServiceBusBroker
     from tests.support.topologies.azure import ServiceBusTopology
+    from tests.support.topologies.base import Topology
     from tests.support.topologies.gcp import PubSubTopology
     from tests.support.topologies.rabbitmq import RabbitTopology
     from tests.support.topologies.redis import RedisTopology
     from tests.support.topologies.sqs import SqsTopology
+
+P = ParamSpec("P")
+T = TypeVar("T", bound="Topology")
+
+
+def closed_after(make: Callable[P, T]) -> Any:
+    """A fixture of ``make``: the topology it makes from the fixtures it names (its
+    parameters, as pytest reads them through ``functools.wraps``), closed after the test.
+    Each ``make`` imports its broker's topology itself: the SDKs are heavy and optional."""
+
+    @functools.wraps(make)
+    def fixture(*args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        topology = make(*args, **kwargs)
+        yield topology
+        topology.close()
+
+    return pytest.fixture(fixture)
 
 
 @pytest.fixture
@@ -28,67 +47,53 @@ def local_topology(tmp_path: Path) -> LocalTopology:
     return LocalTopology(tmp_path)
 
 
-@pytest.fixture
-def sqs_topology(moto_server: MotoServer) -> Iterator[SqsTopology]:
+@closed_after
+def sqs_topology(moto_server: MotoServer) -> SqsTopology:
     from tests.support.topologies.sqs import SqsTopology
 
-    topology = SqsTopology(moto_server)
-    yield topology
-    topology.close()
+    return SqsTopology(moto_server)
 
 
-@pytest.fixture
-def provisioned_sqs_topology(moto_server: MotoServer) -> Iterator[SqsTopology]:
+@closed_after
+def provisioned_sqs_topology(moto_server: MotoServer) -> SqsTopology:
     """SQS queues, SNS subscriptions and the dead-letter wiring made by ``provision`` alone."""
     from tests.support.topologies.sqs import ProvisionedSqsTopology
 
-    topology = ProvisionedSqsTopology(moto_server)
-    yield topology
-    topology.close()
+    return ProvisionedSqsTopology(moto_server)
 
 
-@pytest.fixture
-def pubsub_topology(pubsub_emulator: Emulator) -> Iterator[PubSubTopology]:
+@closed_after
+def pubsub_topology(pubsub_emulator: Emulator) -> PubSubTopology:
     from tests.support.topologies.gcp import PubSubTopology
 
-    topology = PubSubTopology()
-    yield topology
-    topology.close()
+    return PubSubTopology()
 
 
-@pytest.fixture
-def servicebus_topology(servicebus_broker: ServiceBusBroker) -> Iterator[ServiceBusTopology]:
+@closed_after
+def servicebus_topology(servicebus_broker: ServiceBusBroker) -> ServiceBusTopology:
     from tests.support.topologies.azure import ServiceBusTopology
 
-    topology = ServiceBusTopology(servicebus_broker)
-    yield topology
-    topology.close()
+    return ServiceBusTopology(servicebus_broker)
 
 
-@pytest.fixture
-def rabbitmq_topology(rabbitmq_url: str) -> Iterator[RabbitTopology]:
+@closed_after
+def rabbitmq_topology(rabbitmq_url: str) -> RabbitTopology:
     from tests.support.topologies.rabbitmq import RabbitTopology
 
-    topology = RabbitTopology(rabbitmq_url)
-    yield topology
-    topology.close()
+    return RabbitTopology(rabbitmq_url)
 
 
-@pytest.fixture
-def redis_topology(redis_url: str) -> Iterator[RedisTopology]:
+@closed_after
+def redis_topology(redis_url: str) -> RedisTopology:
     """Fresh streams on the machine's Redis."""
     from tests.support.topologies.redis import RedisTopology
 
-    topology = RedisTopology(redis_url)
-    yield topology
-    topology.close()
+    return RedisTopology(redis_url)
 
 
-@pytest.fixture
-def own_redis_topology(own_redis: OwnRedis) -> Iterator[RedisTopology]:
+@closed_after
+def own_redis_topology(own_redis: OwnRedis) -> RedisTopology:
     """Fresh streams on a ``redis-server`` of the test's own (it may stop and start it)."""
     from tests.support.topologies.redis import RedisTopology
 
-    topology = RedisTopology(own_redis.url)
-    yield topology
-    topology.close()
+    return RedisTopology(own_redis.url)

@@ -18,6 +18,17 @@ from tests.support.redis_server import unique
 from tests.support.topologies.base import DeadLetter
 
 GROUP = "priority-pubsub"
+
+
+def group_lag(raw: redis.Redis, stream: str, group: Mapping[Any, Any]) -> int:
+    """Entries of ``stream`` after the group's last-delivered id (``group``: its row of
+    XINFO GROUPS). Redis reports ``lag`` as null when it cannot tell (after an AOF reload, or
+    entries deleted mid-stream): then they are counted, all of them (test streams are short)."""
+    if group["lag"] is not None:
+        return int(group["lag"])
+    last = group["last-delivered-id"]
+    after = f"({last.decode() if isinstance(last, bytes) else last}"
+    return len(raw.xrange(stream, min=after))
 """The driver's default consumer group."""
 
 
@@ -72,17 +83,8 @@ class RedisTopology:
         the group exists."""
         for group in self.raw.xinfo_groups(stream):
             if group["name"] == GROUP.encode():
-                return self._lag(stream, group) + int(group["pending"])
+                return group_lag(self.raw, stream, group) + int(group["pending"])
         return -1
-
-    def _lag(self, stream: str, group: dict[bytes | str, Any]) -> int:
-        """Entries after the group's last-delivered id. Redis reports ``lag`` as null when
-        it cannot tell (after an AOF reload, or entries deleted mid-stream): then count."""
-        if group["lag"] is not None:
-            return int(group["lag"])
-        last = group["last-delivered-id"]
-        after = f"({last.decode() if isinstance(last, bytes) else last}"
-        return len(self.raw.xrange(stream, min=after))
 
     def driver_options(self) -> dict[str, Any]:
         # idle replicas look for lapsed leases twice a second: the lease scenarios use 1 s
