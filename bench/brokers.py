@@ -125,7 +125,9 @@ class SqsBroker:
 
 
 class MotoSqsBroker(SqsBroker):
-    """moto in server mode (a dev dependency, always there): for counting calls, not speed."""
+    """moto in server mode (a dev dependency, always there): for counting calls, not speed.
+    Its request recorder (``recorder``) writes every request the server receives to a file:
+    the broker's own count of API calls."""
 
     def __init__(self, directory: Path) -> None:
         os.environ.update(AWS_ENV)
@@ -135,6 +137,7 @@ class MotoSqsBroker(SqsBroker):
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env={**os.environ, "MOTO_RECORDER_FILEPATH": str(directory / "moto-requests.jsonl")},
         )
         self.endpoint_url = f"http://127.0.0.1:{self.port}"
         _wait_http(f"{self.endpoint_url}/moto-api/", self.process)
@@ -142,6 +145,20 @@ class MotoSqsBroker(SqsBroker):
 
         self.client = boto3.client("sqs", endpoint_url=self.endpoint_url, region_name="us-east-1")
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="bench-sqs")
+
+    def recorder(self, action: str) -> str:
+        """One call of moto's recorder API (``start-recording``, ``stop-recording``,
+        ``reset-recording``, ``download-recording``); its answer."""
+        method = "GET" if action == "download-recording" else "POST"
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/recorder/{action}",
+                                         method=method, data=None if method == "GET" else b"")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return bytes(answer.read()).decode()
+
+
+def sqs_broker(directory: Path) -> SqsBroker:
+    """ministack when installed (fast with deep queues), else moto (fine for shallow ones)."""
+    return SqsBroker(directory) if MINISTACK.exists() else MotoSqsBroker(directory)
 
 
 class GcpBroker:
