@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -298,6 +299,22 @@ class RabbitBroker:
         (directory / "rabbitmq").mkdir()
         self.server = PrivateRabbit(directory / "rabbitmq", consumer_timeout_ms=1_800_000)
         self.server.start(binary)
+        self._ctl = Path(binary).with_name("rabbitmqctl")
+
+    def global_counters(self) -> dict[str, int]:
+        """The node's own counters (``rabbit_global_counters``, via ``rabbitmqctl eval``),
+        each summed over protocols and queue types: messages acknowledged, delivered by
+        basic.get, empty basic.get answers... (they count messages, not AMQP methods)."""
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "HOME": str(self.server.directory), "ERL_EPMD_ADDRESS": "127.0.0.1"}
+        done = subprocess.run(
+            [str(self._ctl), "-n", f"pp-test-{self.server.port}@localhost", "eval",
+             "rabbit_global_counters:overview()."],
+            env=env, capture_output=True, text=True, timeout=60, check=True)
+        totals: dict[str, int] = {}
+        for name, value in re.findall(r"(\w+_total) => (\d+)", done.stdout):
+            totals[name] = totals.get(name, 0) + int(value)
+        return totals
 
     def driver_config(self) -> dict[str, Any]:
         return {"type": "rabbitmq", "url": self.server.url}

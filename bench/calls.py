@@ -31,7 +31,7 @@ import uvloop
 
 from bench.brokers import EMULATOR, Broker, GcpBroker, MotoSqsBroker, RabbitBroker, RedisBroker
 from bench.common import AppProcess, emit, log, make_settings, quiet_logging, temp_dir
-from bench.counting import WHERE, counter_for
+from bench.counting import WHERE, agreement, counter_for
 from bench.loops import run_sidecar
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.batching import MicroBatcher
@@ -76,7 +76,7 @@ async def one_run(name: str, directory: Path, broker: Broker, app: AppProcess, m
     delivered = (await run_sidecar(settings, args.messages, 300, driver=driver)).acked
     counted = await counter.stop()
     total = sum(counted["requests"].values())
-    return {"mode": mode, "delivered": delivered, **counted,
+    return {"mode": mode, "delivered": delivered, **counted, "cross_check": agreement(counted),
             "calls_per_message": round(total / delivered, 3) if delivered else None}
 
 
@@ -103,6 +103,7 @@ async def one_driver(name: str, args: argparse.Namespace) -> dict[str, Any]:
             result[f"{mode}_per_message_by_operation"] = {
                 op: round(n / middle["delivered"], 3)
                 for op, n in sorted(middle["requests"].items())}
+            result[f"{mode}_cross_check"] = middle["cross_check"]
     if result.get("unbatched_calls_per_message"):
         result["ratio_shipped_over_unbatched"] = round(
             (result["shipped_calls_per_message"] or 0) / result["unbatched_calls_per_message"], 3)

@@ -14,7 +14,9 @@ count comes from, so a reader knows what the number means:
               of ``INFO commandstats`` (every command the server ran).
   rabbitmq    the client: AMQP methods the driver's connections sent (aiormq frames; content
               headers, bodies and heartbeats excluded). The private rabbitmq-server runs
-              without the management plugin, and its counters count messages, not methods.
+              without the management plugin, and its own counters count messages, not
+              methods: they are kept next to it (``server_messages``: messages delivered,
+              empty basic.get answers, messages acked) as a cross-check.
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ from collections import Counter
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
-from bench.brokers import Broker, MotoSqsBroker, RedisBroker
+from bench.brokers import Broker, MotoSqsBroker, RabbitBroker, RedisBroker
 from priority_pubsub.drivers.base import Driver
 
 WHERE = {
     "sqs": "broker: moto server's request recorder (client hook as cross-check)",
     "gcp_pubsub": "driver: its own RPC counts (the emulator counts nothing)",
     "redis": "broker: MONITOR (client commands), INFO commandstats as cross-check",
-    "rabbitmq": "client: AMQP methods sent (no management plugin on the private server)",
+    "rabbitmq": "client: AMQP methods sent (the node's message counters as cross-check)",
 }
 
 
@@ -166,13 +168,24 @@ class RedisCounter:
 
 class AmqpCounter:
     """AMQP methods sent by every aiormq connection of this process while counting (the
-    preloading publisher has closed by then): one patched ``ChannelFrame.marshall``."""
+    preloading publisher has closed by then): one patched ``ChannelFrame.marshall``. The
+    node's own message counters (``RabbitBroker.global_counters``) over the same span are
+    kept next to them as a server-side cross-check of the basic.get and basic.ack counts."""
 
-    def __init__(self) -> None:
+    CROSS_CHECK = {  # what the node counted: basic.get is delivered + get_empty there
+        "delivered": "messages_delivered_total",  # by basic.get or pushed to a consumer
+        "get_empty": "messages_get_empty_total",
+        "acknowledged": "messages_acknowledged_total",
+    }
+
+    def __init__(self, broker: RabbitBroker) -> None:
+        self.broker = broker
         self.sent: Counter[str] = Counter()
         self._original: Any = None
+        self._server_before: dict[str, int] = {}
 
     async def start(self) -> None:
+        self._server_before = await asyncio.to_thread(self.broker.global_counters)
         from aiormq.abc import ChannelFrame
         from pamqp.base import Frame
 
@@ -195,7 +208,10 @@ class AmqpCounter:
 
         if self._original is not None:
             ChannelFrame.marshall = self._original  # type: ignore[method-assign]
-        return {"requests": dict(self.sent)}
+        after = await asyncio.to_thread(self.broker.global_counters)
+        server = {name: after.get(key, 0) - self._server_before.get(key, 0)
+                  for name, key in self.CROSS_CHECK.items()}
+        return {"requests": dict(self.sent), "server_messages": server}
 
 
 def counter_for(name: str, broker: Broker, driver: Driver) -> CallCounter:
@@ -207,5 +223,23 @@ def counter_for(name: str, broker: Broker, driver: Driver) -> CallCounter:
         assert isinstance(broker, RedisBroker)
         return RedisCounter(broker)
     if name == "rabbitmq":
-        return AmqpCounter()
+        assert isinstance(broker, RabbitBroker)
+        return AmqpCounter(broker)
     raise ValueError(f"no call counter for {name}")
+
+
+def agreement(counted: dict[str, Any]) -> str | None:
+    """The cross-check of one run in a few words: the two counts that should agree."""
+    requests = counted["requests"]
+    if "client_sent" in counted:
+        return (f"recorded by moto {sum(requests.values())}, sent by the client "
+                f"{sum(counted['client_sent'].values())}")
+    if "commandstats_total" in counted:
+        monitored = sum(requests.values()) + sum(counted["inside_scripts"].values())
+        return f"MONITOR {monitored}, commandstats {counted['commandstats_total']}"
+    if "server_messages" in counted:
+        server = counted["server_messages"]
+        return (f"Basic.Get {requests.get('Basic.Get', 0)}, node delivered + empty "
+                f"{server['delivered'] + server['get_empty']}; Basic.Ack "
+                f"{requests.get('Basic.Ack', 0)}, node acked {server['acknowledged']}")
+    return None
