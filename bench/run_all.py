@@ -1,7 +1,7 @@
 """Run every benchmark and regenerate ``bench/RESULTS.md`` from their JSON (never by hand).
 
-    python -m bench.run_all            # ~20 minutes on a 2-core machine
-    python -m bench.run_all --big      # larger sizes (the Spark report at 10 M records too)
+    python -m bench.run_all            # ~22 minutes on a 2-core machine (~8 of them idle waits)
+    python -m bench.run_all --big      # larger sizes, the Spark report at 10 M records too (~1 h)
     python -m bench.run_all --no-cloud # no SQS / Pub/Sub emulator (local, Redis, RabbitMQ)
     python -m bench.run_all --quick    # tiny sizes, to check it all runs (writes elsewhere)
 
@@ -61,7 +61,7 @@ def plan(big: bool, cloud: bool, quick: bool = False) -> list[tuple[str, list[st
     ]
     if calls:
         runs.append(("calls", [*(a for d in calls for a in ("--driver", d)),
-                               "--messages", size(400, 1000, 60), "--concurrency", "16",
+                               "--messages", size(400, 600, 60), "--concurrency", "16",
                                "--rounds", ROUNDS]))
     runs += [
         ("idle", ["--window-s", size(30, 60, 5), "--outage-s", size(60, 60, 3),
