@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -125,7 +126,9 @@ class SqsBroker:
 
 
 class MotoSqsBroker(SqsBroker):
-    """moto in server mode (a dev dependency, always there): for counting calls, not speed."""
+    """moto in server mode (a dev dependency, always there): for counting calls, not speed.
+    Its request recorder (``recorder``) writes every request the server receives to a file:
+    the broker's own count of API calls."""
 
     def __init__(self, directory: Path) -> None:
         os.environ.update(AWS_ENV)
@@ -135,6 +138,7 @@ class MotoSqsBroker(SqsBroker):
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env={**os.environ, "MOTO_RECORDER_FILEPATH": str(directory / "moto-requests.jsonl")},
         )
         self.endpoint_url = f"http://127.0.0.1:{self.port}"
         _wait_http(f"{self.endpoint_url}/moto-api/", self.process)
@@ -142,6 +146,20 @@ class MotoSqsBroker(SqsBroker):
 
         self.client = boto3.client("sqs", endpoint_url=self.endpoint_url, region_name="us-east-1")
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="bench-sqs")
+
+    def recorder(self, action: str) -> str:
+        """One call of moto's recorder API (``start-recording``, ``stop-recording``,
+        ``reset-recording``, ``download-recording``); its answer."""
+        method = "GET" if action == "download-recording" else "POST"
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/recorder/{action}",
+                                         method=method, data=None if method == "GET" else b"")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return bytes(answer.read()).decode()
+
+
+def sqs_broker(directory: Path) -> SqsBroker:
+    """ministack when installed (fast with deep queues), else moto (fine for shallow ones)."""
+    return SqsBroker(directory) if MINISTACK.exists() else MotoSqsBroker(directory)
 
 
 class GcpBroker:
@@ -281,6 +299,22 @@ class RabbitBroker:
         (directory / "rabbitmq").mkdir()
         self.server = PrivateRabbit(directory / "rabbitmq", consumer_timeout_ms=1_800_000)
         self.server.start(binary)
+        self._ctl = Path(binary).with_name("rabbitmqctl")
+
+    def global_counters(self) -> dict[str, int]:
+        """The node's own counters (``rabbit_global_counters``, via ``rabbitmqctl eval``),
+        each summed over protocols and queue types: messages acknowledged, delivered by
+        basic.get, empty basic.get answers... (they count messages, not AMQP methods)."""
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "HOME": str(self.server.directory), "ERL_EPMD_ADDRESS": "127.0.0.1"}
+        done = subprocess.run(
+            [str(self._ctl), "-n", f"pp-test-{self.server.port}@localhost", "eval",
+             "rabbit_global_counters:overview()."],
+            env=env, capture_output=True, text=True, timeout=60, check=True)
+        totals: dict[str, int] = {}
+        for name, value in re.findall(r"(\w+_total) => (\d+)", done.stdout):
+            totals[name] = totals.get(name, 0) + int(value)
+        return totals
 
     def driver_config(self) -> dict[str, Any]:
         return {"type": "rabbitmq", "url": self.server.url}

@@ -1,22 +1,20 @@
-"""Broker API calls per delivered message under saturation, batched vs not, per driver.
+"""Broker API calls per delivered message under saturation, per driver, counted at the broker.
 
 The shipped sidecar (one queue, ``--concurrency`` workers, the no-op app) drains a preloaded
-queue. SQS (moto server): every HTTP request its client sends to the broker is counted (a
-botocore ``before-send`` hook: one per request on the wire, retries included), by operation.
-Pub/Sub (Google's emulator, when installed): the driver's own count of pull, acknowledge and
-modify_ack_deadline RPCs (gRPC has no hook as simple; the emulator counts nothing). Two
-modes, interleaved, the same number of messages each round:
+queue of ``--messages``; the broker's API calls over the run (receives, settles, everything
+else the driver sent) are divided by the messages delivered (acked). Where each driver's count
+comes from is in ``bench.counting`` and in each result's ``counted_at``: SQS at moto server
+(its request recorder), Redis at the server (MONITOR, INFO commandstats as cross-check), the
+Pub/Sub emulator by the driver's own RPC counts, RabbitMQ by the AMQP methods the client sent.
 
-  batched    as shipped: settles grouped while one is in flight (``drivers/batching.py``)
-  unbatched  the same driver with every settle sent alone (batch size 1): the old cost
+Drivers that group settles (SQS, Pub/Sub: ``drivers/batching.py``) also run ``unbatched``
+(every settle sent alone, batch size 1: the cost before batching), interleaved with the
+shipped mode, the same number of messages each round. Reports the median of the rounds.
+Pure counting, so the machine's load does not change the answer much (it changes how many
+settles overlap). Idle cost: ``bench.idle`` (an idle sidecar settles nothing).
 
-Reports calls per delivered (acked) message, median of the rounds, and the ratio. Pure
-counting, so the machine's load does not change the answer much (it changes how many settles
-overlap). Idle cost is unchanged by construction: an idle sidecar settles nothing (see
-``bench.idle --driver sqs`` for receives per minute per queue).
-
-    python -m bench.calls [--driver sqs --driver gcp_pubsub] [--messages 600]
-                          [--concurrency 16] [--rounds 3]
+    python -m bench.calls [--driver sqs --driver gcp_pubsub --driver redis --driver rabbitmq]
+                          [--messages 400] [--concurrency 16] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -25,25 +23,45 @@ import argparse
 import os
 import statistics
 import uuid
-from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from bench.brokers import EMULATOR, Broker, GcpBroker, MotoSqsBroker
+from bench.brokers import EMULATOR, Broker, GcpBroker, MotoSqsBroker, RabbitBroker, RedisBroker
 from bench.common import AppProcess, emit, log, make_settings, quiet_logging, temp_dir
+from bench.counting import WHERE, agreement, counter_for
 from bench.loops import run_sidecar
+from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.gcp_pubsub import PubSubDriver
 from priority_pubsub.drivers.sqs import SqsDriver
 from priority_pubsub.plugins import build_driver
 
-MODES = ("batched", "unbatched")
-BROKERS = {"sqs": "moto server", "gcp_pubsub": "Google's Pub/Sub emulator"}
+BROKERS = {"sqs": "moto server", "gcp_pubsub": "Google's Pub/Sub emulator",
+           "redis": "redis-server (own)", "rabbitmq": "rabbitmq-server (private)"}
+BATCHING = ("sqs", "gcp_pubsub")
+"""Drivers whose settles are grouped: these also run unbatched, for the comparison."""
 
 
-async def one_run(directory: Path, broker: Broker, app: AppProcess, mode: str,
+def open_counting_broker(name: str, directory: Path) -> Broker:
+    brokers: dict[str, Callable[[Path], Broker]] = {"sqs": MotoSqsBroker, "gcp_pubsub": GcpBroker,
+                                        "redis": RedisBroker, "rabbitmq": RabbitBroker}
+    return brokers[name](directory)
+
+
+def unbatch(driver: Driver) -> None:
+    """Every settle sent alone, as before batching."""
+    if isinstance(driver, SqsDriver):
+        driver._deletes = MicroBatcher(driver._send_deletes, 1)
+        driver._visibility = MicroBatcher(driver._send_visibility, 1)
+    elif isinstance(driver, PubSubDriver):
+        driver._acks = MicroBatcher(driver._send_acks, 1)
+        driver._modacks = MicroBatcher(driver._send_modacks, 1)
+
+
+async def one_run(name: str, directory: Path, broker: Broker, app: AppProcess, mode: str,
                   args: argparse.Namespace) -> dict[str, Any]:
     queue = f"calls-{uuid.uuid4().hex[:8]}"
     await broker.create([queue])
@@ -51,50 +69,45 @@ async def one_run(directory: Path, broker: Broker, app: AppProcess, mode: str,
     settings = make_settings(directory / queue, broker.driver_config(), [queue],
                              app_url=app.url, concurrency=args.concurrency)
     driver = build_driver(settings)
-    sent: Counter[str] = Counter()
-    if isinstance(driver, SqsDriver):
-        if mode == "unbatched":  # every settle alone, as before batching
-            driver._deletes = MicroBatcher(driver._send_deletes, 1)
-            driver._visibility = MicroBatcher(driver._send_visibility, 1)
-
-        def count(event_name: str, **_: Any) -> None:
-            sent[event_name.rsplit(".", 1)[-1]] += 1
-
-        driver._api.sqs.meta.events.register("before-send.sqs", count)
-        delivered = (await run_sidecar(settings, args.messages, 300, driver=driver)).acked
-    else:
-        assert isinstance(driver, PubSubDriver)
-        if mode == "unbatched":
-            driver._acks = MicroBatcher(driver._send_acks, 1)
-            driver._modacks = MicroBatcher(driver._send_modacks, 1)
-        delivered = (await run_sidecar(settings, args.messages, 300, driver=driver)).acked
-        sent.update(driver.calls)
-        sent["pull"] = driver.pull_calls
-    total = sum(sent.values())
-    return {"mode": mode, "delivered": delivered, "requests": dict(sent),
+    if mode == "unbatched":
+        unbatch(driver)
+    counter = counter_for(name, broker, driver)
+    await counter.start()
+    delivered = (await run_sidecar(settings, args.messages, 300, driver=driver)).acked
+    counted = await counter.stop()
+    total = sum(counted["requests"].values())
+    return {"mode": mode, "delivered": delivered, **counted, "cross_check": agreement(counted),
             "calls_per_message": round(total / delivered, 3) if delivered else None}
 
 
 async def one_driver(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    modes = ("shipped", "unbatched") if name in BATCHING else ("shipped",)
     runs: list[dict[str, Any]] = []
     with temp_dir(f"calls-{name}") as directory, AppProcess() as app:
-        broker: Broker = MotoSqsBroker(directory) if name == "sqs" else GcpBroker(directory)
+        broker = open_counting_broker(name, directory)
         try:
             for round_no in range(args.rounds):
-                order = MODES if round_no % 2 == 0 else tuple(reversed(MODES))
-                for mode in order:
-                    runs.append(await one_run(directory, broker, app, mode, args))
+                for mode in modes if round_no % 2 == 0 else tuple(reversed(modes)):
+                    runs.append(await one_run(name, directory, broker, app, mode, args))
                     log(f"{name} round {round_no} {mode}: "
                         f"{runs[-1]['calls_per_message']} calls/msg")
         finally:
             await broker.close()
-    result: dict[str, Any] = {"broker": BROKERS[name], "runs": runs}
-    for mode in MODES:
-        values = [r["calls_per_message"] for r in runs if r["mode"] == mode]
-        result[f"{mode}_calls_per_message"] = statistics.median(values)
-    result["ratio_batched_over_unbatched"] = round(
-        result["batched_calls_per_message"] / result["unbatched_calls_per_message"], 3
-    )
+    result: dict[str, Any] = {"broker": BROKERS[name], "counted_at": WHERE[name]}
+    for mode in modes:
+        mine = [r for r in runs if r["mode"] == mode and r["calls_per_message"] is not None]
+        result[f"{mode}_calls_per_message"] = (
+            statistics.median(r["calls_per_message"] for r in mine) if mine else None)
+        if mine:  # the breakdown of the median run, per delivered message
+            middle = sorted(mine, key=lambda r: r["calls_per_message"])[len(mine) // 2]
+            result[f"{mode}_per_message_by_operation"] = {
+                op: round(n / middle["delivered"], 3)
+                for op, n in sorted(middle["requests"].items())}
+            result[f"{mode}_cross_check"] = middle["cross_check"]
+    if result.get("unbatched_calls_per_message"):
+        result["ratio_shipped_over_unbatched"] = round(
+            (result["shipped_calls_per_message"] or 0) / result["unbatched_calls_per_message"], 3)
+    result["runs"] = runs
     return result
 
 
@@ -103,6 +116,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     for name in args.driver:
         if name == "gcp_pubsub" and not EMULATOR.exists():
             log("the Pub/Sub emulator is not installed: gcp_pubsub skipped")
+            continue
+        if (name == "redis" and not RedisBroker.available()) or (
+                name == "rabbitmq" and not RabbitBroker.available()):
+            log(f"no {BROKERS[name]} on this machine: {name} skipped")
             continue
         drivers[name] = await one_driver(name, args)
     return {"concurrency": args.concurrency, "messages": args.messages, "rounds": args.rounds,
@@ -113,7 +130,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--driver", action="append", choices=sorted(BROKERS))
-    parser.add_argument("--messages", type=int, default=600)
+    parser.add_argument("--messages", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
@@ -121,9 +138,9 @@ def main() -> None:
     with temp_dir("logs") as directory:
         quiet_logging(directory / "sidecar.log")
         result = uvloop.run(main_async(args))
-    rows = [[name, *(r[f"{mode}_calls_per_message"] for mode in MODES)]
-            for name, r in result["drivers"].items()]
-    emit("calls", result, ["driver", *(f"{m} calls/msg" for m in MODES)], rows)
+    rows = [[name, r["shipped_calls_per_message"], r.get("unbatched_calls_per_message"),
+             r["counted_at"]] for name, r in result["drivers"].items()]
+    emit("calls", result, ["driver", "calls/msg", "unbatched calls/msg", "counted at"], rows)
 
 
 if __name__ == "__main__":

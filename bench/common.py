@@ -222,6 +222,19 @@ def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def median_of(values: Sequence[float | None]) -> float | None:
+    """Median of the rounds that produced a value (None: none did)."""
+    return median([v for v in values if v is not None])
+
+
+def median_ratio(tops: Sequence[float | None], bottoms: Sequence[float | None]) -> float | None:
+    """Median over rounds of top/bottom, each pair measured side by side in one round: the
+    ratio the machine's drift between rounds disturbs least. A mode that did not run (an
+    empty list) gives None."""
+    ratios = [t / b for t, b in zip(tops, bottoms, strict=False) if t is not None and b]
+    return round(statistics.median(ratios), 3) if ratios else None
+
+
 def ratio(top: float | None, bottom: float | None) -> float | None:
     if top is None or not bottom:
         return None

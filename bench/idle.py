@@ -7,18 +7,23 @@ the ``PRAGMA data_version`` polls that notice other processes' commits). Then a 
 message is published from this (another) process, several times, and the time until it
 reaches the app is measured.
 
-sqs (``--driver sqs``, ministack): an in-process sidecar with three empty queues; every
-ReceiveMessage is counted by a botocore ``before-call`` hook on the driver's client; pickup is
-timed from SendMessage (by this process) to the app.
+sqs (``--driver sqs``; ministack when installed, else moto server: the queues are empty):
+an in-process sidecar with three empty queues; every request counted by ``bench.counting``
+(moto's request recorder, at the broker; on ministack the client's ``before-send`` hook),
+all operations in ``calls_per_min_per_queue_total`` (now that settles are batched, an idle
+sidecar still settles nothing); pickup is timed from SendMessage (by this process) to the app.
 
 redis (``--driver redis``, a redis-server of its own): the same, every command counted by the
-server (``INFO commandstats``, including those a script runs inside Redis and the depth
-refreshes, in ``calls_per_min_per_queue``); receive calls are the claim scripts
+server (``MONITOR``: those clients sent in ``calls_per_min_per_queue``, those a script runs
+inside Redis in ``inside_scripts_per_min_per_queue``); receive calls are the claim scripts
 (``evalsha``) and the blocking waits (``xread``); pickup is timed from XADD to the app.
 
 rabbitmq (``--driver rabbitmq``, a private rabbitmq-server): the CLI sidecar with three empty
 queues, as for local; an idle wait is one consumer per queue per 20 s (basic.get, qos,
 consume, cancel on a fresh channel), counted from ``priority_pubsub_receive_calls_total``.
+
+Every driver's pickup message is published by a publisher driver of this process (the
+driver's own ``publish``), so one path measures them all (``driver_idle``).
 
 outage (``--outage-s 60``, every driver): an in-process sidecar (concurrency 4, three
 queues) whose app process stops while 20 messages wait on the high queue; every
@@ -36,12 +41,13 @@ import argparse
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from bench.brokers import Broker, LocalBroker, RabbitBroker, RedisBroker, SqsBroker
+from bench.brokers import Broker, LocalBroker, RabbitBroker, RedisBroker, sqs_broker
 from bench.common import (
     AppProcess,
     CliSidecar,
@@ -56,8 +62,9 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from priority_pubsub.drivers.base import Driver, DriverContext, Publisher
-from priority_pubsub.drivers.local import LocalDriver, LocalOptions
+from bench.counting import WHERE, counter_for
+from priority_pubsub.drivers.base import Publisher
+from priority_pubsub.drivers.local import LocalDriver
 from priority_pubsub.plugins import build_driver
 from priority_pubsub.sidecar import Sidecar
 
@@ -124,173 +131,123 @@ def summary(elapsed: float, receives: float, pickups: list[float],
     }
 
 
-async def local_idle(args: argparse.Namespace) -> dict[str, Any]:
-    with temp_dir("idle") as directory, AppProcess(record=True) as app:
-        config = raw_config(directory, {"type": "local", "path": str(directory / "q.db")},
-                            QUEUES, app_url=app.url, concurrency=4)
-        sidecar = CliSidecar(directory, config)
+@dataclass(frozen=True)
+class IdleWay:
+    """How one driver's idle cost is measured. ``cli``: the CLI sidecar as a subprocess, its
+    receive calls from its own metrics and its CPU from /proc; else an in-process sidecar
+    whose broker calls ``bench.counting`` counts (``receives`` names the receive calls among
+    them). ``during``: more to measure in the window (it must last ``window_s``)."""
+
+    broker: Callable[[Path], Broker]
+    cli: bool
+    receives: frozenset[str] = frozenset()
+    during: Callable[[Path, AppProcess, float], Awaitable[dict[str, Any]]] | None = None
+
+
+async def sqlite_jobs(directory: Path, app: AppProcess, window_s: float) -> dict[str, Any]:
+    return {"sqlite_jobs_per_min_in_process":
+            rounded(await count_sqlite_jobs(directory, app, window_s), 1)}
+
+
+WAYS = {
+    "local": IdleWay(LocalBroker, cli=True, during=sqlite_jobs),
+    "rabbitmq": IdleWay(RabbitBroker, cli=True),
+    "sqs": IdleWay(sqs_broker, cli=False, receives=frozenset({"ReceiveMessage"})),
+    # the claim script and the blocking wait; what scripts run inside Redis is apart
+    "redis": IdleWay(RedisBroker, cli=False, receives=frozenset({"evalsha", "xread"})),
+}
+
+
+async def driver_idle(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One driver's idle cost: three empty queues for the window, then pickup times of
+    high-priority messages published by this process (a publisher driver of its own)."""
+    way = WAYS[name]
+    window_s = args.sqs_window_s if name == "sqs" else args.window_s
+    with temp_dir(f"idle-{name}") as directory, AppProcess(record=True) as app:
+        broker = way.broker(directory)
         try:
-            sidecar.wait_ready()
-            await asyncio.sleep(2)
-            calls = sidecar.metric_sum("priority_pubsub_receive_calls_total")
-            cpu, started = proc_cpu_s(sidecar.pid), time.monotonic()
-            jobs_per_min = await count_sqlite_jobs(directory, app, args.window_s)
-            elapsed = time.monotonic() - started
-            cpu_pct = (proc_cpu_s(sidecar.pid) - cpu) / elapsed * 100
-            receives = (sidecar.metric_sum("priority_pubsub_receive_calls_total") - calls)
-            driver = LocalDriver(LocalOptions(path=directory / "q.db"),
-                                 DriverContext(queues=("high",)))
-            await driver.start()
+            await broker.create(QUEUES)
+            publisher = build_driver(make_settings(directory / "publisher",
+                                                   broker.driver_config(), ["high"],
+                                                   app_url=app.url, concurrency=1))
+            assert isinstance(publisher, Publisher)
+            await publisher.start()
             try:
                 async def publish(i: int) -> str:
-                    return await driver.publish("high", sample_body(i))
+                    return await publisher.publish("high", sample_body(i))
 
-                pickups = await pickup_times(app, publish, args.trials)
+                measure = cli_idle if way.cli else inprocess_idle
+                return await measure(name, way, broker, directory, app, window_s, publish,
+                                     args.trials)
             finally:
-                await driver.close()
+                await publisher.close()
         finally:
-            sidecar.stop()
-    return {
-        "window_s": round(elapsed, 1),
-        "receive_calls_per_min_per_queue": rounded(receives / elapsed * 60 / len(QUEUES), 2),
-        "sqlite_jobs_per_min_in_process": rounded(jobs_per_min, 1),
-        "idle_cpu_percent": rounded(cpu_pct, 3),
-        "pickup_s": [rounded(p, 3) for p in pickups],
-        "pickup_median_s": rounded(median(pickups), 3),
-        "pickup_max_s": rounded(max(pickups, default=None) if pickups else None, 3),
-    }
+            await broker.close()
 
 
-async def inprocess_idle(
-    broker: Broker, directory: Path, app: AppProcess, window_s: float, trials: int,
-    attach_counter: Callable[[Driver], Callable[[], Awaitable[dict[str, int]]]],
-    publish: Callable[[int], Awaitable[str]], receive_calls: frozenset[str] | None = None,
-) -> dict[str, Any]:
-    """An in-process sidecar on three empty queues of ``broker``: broker calls counted by
-    ``attach_counter`` over the window, this process's CPU, then pickup times (the caller
-    creates the queues)."""
+Publish = Callable[[int], Awaitable[str]]
+
+
+async def cli_idle(name: str, way: IdleWay, broker: Broker, directory: Path, app: AppProcess,
+                   window_s: float, publish: Publish, trials: int) -> dict[str, Any]:
+    """``priority-pubsub run`` on three empty queues: receive calls from its metrics, CPU."""
+    config = raw_config(directory, broker.driver_config(), QUEUES, app_url=app.url,
+                        concurrency=4)
+    sidecar = CliSidecar(directory, config)
+    try:
+        sidecar.wait_ready()
+        await asyncio.sleep(2)
+        calls = sidecar.metric_sum("priority_pubsub_receive_calls_total")
+        cpu, started = proc_cpu_s(sidecar.pid), time.monotonic()
+        if way.during is None:
+            extra: dict[str, Any] = {}
+            await asyncio.sleep(window_s)
+        else:
+            extra = await way.during(directory, app, window_s)
+        elapsed = time.monotonic() - started
+        cpu_pct = (proc_cpu_s(sidecar.pid) - cpu) / elapsed * 100
+        receives = sidecar.metric_sum("priority_pubsub_receive_calls_total") - calls
+        pickups = await pickup_times(app, publish, trials)
+    finally:
+        sidecar.stop()
+    return {**summary(elapsed, receives, pickups, idle_cpu_percent=cpu_pct),
+            "counted_at": "the sidecar's priority_pubsub_receive_calls_total", **extra}
+
+
+async def inprocess_idle(name: str, way: IdleWay, broker: Broker, directory: Path,
+                         app: AppProcess, window_s: float, publish: Publish,
+                         trials: int) -> dict[str, Any]:
+    """An in-process sidecar on three empty queues: its broker calls counted over the window
+    (``bench.counting``, at the broker where it can), this process's CPU, pickup times."""
     settings = make_settings(directory, broker.driver_config(), QUEUES,
                              app_url=app.url, concurrency=4)
     driver = build_driver(settings)
-    calls = attach_counter(driver)
+    counter = counter_for(name, broker, driver)
     sidecar = Sidecar(settings, driver=driver)
     running = asyncio.create_task(sidecar.run(handle_signals=False))
     await asyncio.sleep(3)
-    before, cpu, started = await calls(), time.process_time(), time.monotonic()
+    await counter.start()
+    cpu, started = time.process_time(), time.monotonic()
     await asyncio.sleep(window_s)
     elapsed = time.monotonic() - started
-    after = await calls()
+    counted = await counter.stop()
     cpu_pct = (time.process_time() - cpu) / elapsed * 100
     pickups = await pickup_times(app, publish, trials)
     sidecar.request_stop()
     await running
-    made = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    made: dict[str, int] = counted["requests"]
     per_queue = 60 / elapsed / len(QUEUES)
-    receives = sum(v for k, v in made.items() if receive_calls is None or k in receive_calls)
-    return {
+    receives = sum(v for k, v in made.items() if k in way.receives)
+    result = {
         **summary(elapsed, receives, pickups, process_cpu_percent_in_process=cpu_pct),
+        "calls_per_min_per_queue_total": rounded(sum(made.values()) * per_queue, 2),
         "calls_per_min_per_queue": {k: rounded(v * per_queue, 2) for k, v in made.items() if v},
+        "counted_at": WHERE[name],
     }
-
-
-async def rabbit_idle(args: argparse.Namespace) -> dict[str, Any]:
-    with temp_dir("idle-rabbit") as directory, AppProcess(record=True) as app:
-        broker = RabbitBroker(directory)
-        try:
-            await broker.create(QUEUES)
-            config = raw_config(directory, broker.driver_config(), QUEUES, app_url=app.url,
-                                concurrency=4)
-            sidecar = CliSidecar(directory, config)
-            try:
-                sidecar.wait_ready()
-                await asyncio.sleep(2)
-                calls = sidecar.metric_sum("priority_pubsub_receive_calls_total")
-                cpu, started = proc_cpu_s(sidecar.pid), time.monotonic()
-                await asyncio.sleep(args.window_s)
-                elapsed = time.monotonic() - started
-                cpu_pct = (proc_cpu_s(sidecar.pid) - cpu) / elapsed * 100
-                receives = sidecar.metric_sum("priority_pubsub_receive_calls_total") - calls
-                settings = make_settings(directory, broker.driver_config(), ["high"],
-                                         app_url=app.url, concurrency=1)
-                publisher = build_driver(settings)
-                await publisher.start()
-                try:
-                    assert isinstance(publisher, Publisher)
-
-                    async def publish(i: int) -> str:
-                        return await publisher.publish("high", sample_body(i))
-
-                    pickups = await pickup_times(app, publish, args.trials)
-                finally:
-                    await publisher.close()
-            finally:
-                sidecar.stop()
-        finally:
-            await broker.close()
-    return summary(elapsed, receives, pickups, idle_cpu_percent=cpu_pct)
-
-
-async def sqs_idle(args: argparse.Namespace) -> dict[str, Any]:
-    """Every ReceiveMessage counted by a botocore ``before-call`` hook on the driver's client."""
-    with temp_dir("idle-sqs") as directory, AppProcess(record=True) as app:
-        broker = SqsBroker(directory)
-        try:
-            counts = {"ReceiveMessage": 0}
-
-            def attach(driver: Driver) -> Callable[[], Awaitable[dict[str, int]]]:
-                def count(**_: Any) -> None:
-                    counts["ReceiveMessage"] += 1
-
-                client = driver._api.sqs  # type: ignore[attr-defined]
-                client.meta.events.register("before-call.sqs.ReceiveMessage", count)
-
-                async def now() -> dict[str, int]:
-                    return dict(counts)
-
-                return now
-
-            await broker.create(QUEUES)
-            url = broker.client.get_queue_url(QueueName="high")["QueueUrl"]
-
-            async def publish(i: int) -> str:
-                answer = await asyncio.to_thread(broker.client.send_message, QueueUrl=url,
-                                                 MessageBody=sample_body(i).decode())
-                return str(answer["MessageId"])
-
-            return await inprocess_idle(broker, directory, app, args.sqs_window_s, args.trials,
-                                        attach, publish)
-        finally:
-            await broker.close()
-
-
-async def redis_idle(args: argparse.Namespace) -> dict[str, Any]:
-    """Every command the sidecar sends, counted by the server itself (``INFO commandstats``
-    of a redis-server of its own, less the commands this counting sends)."""
-    with temp_dir("idle-redis") as directory, AppProcess(record=True) as app:
-        broker = RedisBroker(directory)
-        try:
-            def attach(_: Driver) -> Callable[[], Awaitable[dict[str, int]]]:
-                async def now() -> dict[str, int]:
-                    stats = await broker.client.info("commandstats")
-                    counted = {name.removeprefix("cmdstat_"): int(value["calls"])
-                               for name, value in stats.items()}
-                    counted["info"] = 0  # this counter's own calls
-                    return counted
-
-                return now
-
-            await broker.create(QUEUES)
-
-            async def publish(i: int) -> str:
-                entry = await broker.client.xadd("high", {"data": sample_body(i)})
-                return str(entry.decode())
-
-            # receive calls = the claim script and the blocking wait (the commands a script
-            # runs inside Redis are in the breakdown, as are the depth refreshes)
-            return await inprocess_idle(broker, directory, app, args.window_s, args.trials,
-                                        attach, publish, frozenset({"evalsha", "xread"}))
-        finally:
-            await broker.close()
+    if "inside_scripts" in counted:
+        result["inside_scripts_per_min_per_queue"] = {
+            k: rounded(v * per_queue, 2) for k, v in counted["inside_scripts"].items() if v}
+    return result
 
 
 OUTAGE_BACKLOG = 20
@@ -308,9 +265,7 @@ async def outage_cost(name: str, outage_s: float) -> dict[str, Any]:
     """Broker receive calls per queue while the app is down for ``outage_s``, a backlog
     waiting; messages handed back; seconds from the app's return to the last delivery."""
     with temp_dir(f"outage-{name}") as directory:
-        brokers: dict[str, type[Broker]] = {
-            "local": LocalBroker, "sqs": SqsBroker, "rabbitmq": RabbitBroker, "redis": RedisBroker}
-        broker = brokers[name](directory)
+        broker = WAYS[name].broker(directory)
         app = AppProcess()
         try:
             await broker.create(QUEUES)
@@ -356,11 +311,10 @@ async def outage_cost(name: str, outage_s: float) -> dict[str, Any]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    runs = {"local": local_idle, "sqs": sqs_idle, "redis": redis_idle, "rabbitmq": rabbit_idle}
     out: dict[str, Any] = {}
     for name in args.driver:
         log(f"idle: {name} ...")
-        out[name] = await runs[name](args)
+        out[name] = await driver_idle(name, args)
         if args.outage_s:
             log(f"outage: {name}, {args.outage_s:g} s ...")
             out[name]["outage"] = await outage_cost(name, args.outage_s)

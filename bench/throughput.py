@@ -13,8 +13,9 @@ process:
                      queues on every take (the cost of priorities)
   wrk                the native HTTP ceiling of the app, for context (when wrk is installed)
 
-Reports the best of the rounds for each, d/min(a,b) and d/c, and the CPU time this process
-spent per message (best of the rounds): on a shared machine the CPU cost per message is the
+Reports the median of the rounds for each, d/min(a,b) and d/c (the median over rounds of
+each round's ratio: the modes of one round ran side by side), and the CPU time this process
+spent per message (median of the rounds): on a shared machine the CPU cost per message is the
 steadier measure of the sidecar's own overhead, so ``cpu c/d`` (naive CPU / sidecar CPU per
 message, >= 1.0 means the sidecar costs no more than the naive loop) is reported next to d/c.
 
@@ -38,8 +39,9 @@ from bench.common import (
     emit,
     log,
     make_settings,
+    median_of,
+    median_ratio,
     quiet_logging,
-    ratio,
     rounded,
     sample_body,
     temp_dir,
@@ -117,7 +119,7 @@ async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: 
                 samples: dict[int, dict[str, list[float | None]]] = {
                     c: {m: [] for m in MODES} for c in concurrencies
                 }
-                cpu: dict[int, dict[str, list[float]]] = {
+                cpu: dict[int, dict[str, list[float | None]]] = {
                     c: {m: [] for m in MODES} for c in concurrencies
                 }
                 for round_no in range(rounds):
@@ -128,8 +130,7 @@ async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: 
                             rate, cpu_us = await run_mode(mode, broker, directory, app, c, count,
                                                           tag, timeout_s)
                             samples[c][mode].append(rate)
-                            if cpu_us is not None:
-                                cpu[c][mode].append(cpu_us)
+                            cpu[c][mode].append(cpu_us)  # None too: rounds stay aligned
                             log(f"{name} round {round_no} c={c} {mode}: {rounded(rate)} msg/s, "
                                 f"{rounded(cpu_us)} CPU us/msg")
                 wrk = {c: await run_wrk(app, c, wrk_s) for c in concurrencies} if wrk_s else {}
@@ -137,22 +138,22 @@ async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: 
             await broker.close()
     results = []
     for c in concurrencies:
-        best = {m: max((v for v in samples[c][m] if v is not None), default=None)
-                for m in MODES}
-        limit = min((v for v in (best["a"], best["b"]) if v is not None), default=None)
-        cpu_best = {m: min(cpu[c][m], default=None) for m in MODES}
+        runs = samples[c]
+        limits = [min((v for v in ab if v is not None), default=None)
+                  for ab in zip(runs["a"], runs["b"], strict=False)]
         results.append({
             "concurrency": c,
-            **{f"{m}_msgs_s": rounded(best[m]) for m in MODES},
+            **{f"{m}_msgs_s": rounded(median_of(runs[m])) for m in MODES},
             "wrk_req_s": rounded(wrk.get(c)),
-            "d_over_min_ab": ratio(best["d"], limit),
-            "d_over_c": ratio(best["d"], best["c"]),
-            "d3_over_d": ratio(best["d3"], best["d"]),
-            **{f"{m}_cpu_us_per_msg": rounded(cpu_best[m]) for m in MODES},
-            "cpu_c_over_d": ratio(cpu_best["c"], cpu_best["d"]),
-            "rounds": {m: [rounded(v) for v in samples[c][m]] for m in MODES},
+            "d_over_min_ab": median_ratio(runs["d"], limits),
+            "d_over_c": median_ratio(runs["d"], runs["c"]),
+            "d3_over_d": median_ratio(runs["d3"], runs["d"]),
+            **{f"{m}_cpu_us_per_msg": rounded(median_of(cpu[c][m])) for m in MODES},
+            "cpu_c_over_d": median_ratio(cpu[c]["c"], cpu[c]["d"]),
+            "rounds": {m: [rounded(v) for v in runs[m]] for m in MODES},
+            "cpu_rounds": {m: [rounded(v) for v in cpu[c][m]] for m in MODES},
         })
-    return {"messages": count, "rounds": rounds, "results": results}
+    return {"messages": count, "rounds": rounds, "statistic": "median", "results": results}
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
