@@ -47,8 +47,15 @@ image-test: install
 	timeout 900 $(PY) -m pytest tests/image -m image -q -ra --timeout 900
 	@cat build/image-report.json
 
-bench: install
-	$(PY) bench/run_all.py
+# ministack (SQS at broker speed for bench.throughput) pins botocore exactly: its own venv.
+MINISTACK_VENV := .venv-ministack
+
+$(MINISTACK_VENV)/bin/ministack:
+	$(PYTHON) -m venv $(MINISTACK_VENV)
+	$(MINISTACK_VENV)/bin/pip install --quiet 'ministack>=1.5,<2'
+
+bench: install $(MINISTACK_VENV)/bin/ministack
+	$(PY) -m bench.run_all
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(MINISTACK_VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

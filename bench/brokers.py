@@ -28,7 +28,9 @@ from bench.common import free_port, sample_body
 from priority_pubsub.drivers.base import DriverContext
 from priority_pubsub.drivers.local import LocalDriver, LocalOptions
 
-MINISTACK = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "ministack"
+MINISTACK = Path(__file__).resolve().parent.parent / ".venv-ministack" / "bin" / "ministack"
+"""ministack in a venv of its own (``make bench`` makes it): it pins botocore exactly, which
+would downgrade the project's boto3."""
 EMULATOR = Path("/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator")
 GCP_PROJECT = "priority-pubsub-bench"
 AWS_ENV = {
