@@ -186,6 +186,9 @@ class _Poll:
     outcome: asyncio.Future[list[MessageTypeDef]]
     claimed: bool = False
     answered_ms: int = field(default=0)
+    wait_s: int = 0
+    """WaitTimeSeconds: >= 1 is a long poll, which asks every server (an empty answer is
+    reliable); 0 asks a sample and may miss a few messages."""
 
 
 class SqsDriver:
@@ -201,6 +204,8 @@ class SqsDriver:
         self.context = context
         self.calls: Counter[str] = Counter()
         """API calls made, by action, plus ``released`` (messages returned unseen)."""
+        self.depths_from_polls = 0
+        """Depths answered from the long polls, without a call (see ``depth``)."""
         self._api = SqsApi(
             region=options.region, endpoint_url=options.endpoint,
             max_connections=options.max_connections,
@@ -210,6 +215,8 @@ class SqsDriver:
         self._urls: dict[str, str] = {}
         self._polls: set[_Poll] = set()
         self._parked: dict[str, _Poll] = {}
+        self._quiet_since: dict[str, float] = {}
+        """Queues whose latest long poll came back empty (loop time): see ``depth``."""
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
         # settles grouped per queue URL: see "Batched settles" in the module docstring
@@ -281,7 +288,8 @@ class SqsDriver:
     def _start_poll(self, queue: str, url: str, max_messages: int, wait_s: int) -> _Poll:
         loop = asyncio.get_running_loop()
         visibility_s = max(1, whole_seconds(self.context.lease_duration_s))
-        poll = _Poll(queue, url, loop.time() + wait_s, visibility_s, loop.create_future())
+        poll = _Poll(queue, url, loop.time() + wait_s, visibility_s, loop.create_future(),
+                     wait_s=wait_s)
         self._polls.add(poll)
         self.calls["ReceiveMessage"] += 1
         self._pool().submit(self._run_poll, poll, loop, max_messages, wait_s)
@@ -311,6 +319,7 @@ class SqsDriver:
         if self._parked.get(poll.queue) is poll:
             del self._parked[poll.queue]
         poll.answered_ms = now_ms()
+        self._note_quiet(poll, raw, error)
         if error is not None:
             poll.outcome.set_exception(error)
         else:
@@ -430,7 +439,35 @@ class SqsDriver:
 
     # -- optional abilities: depth, publish, ping --------------------------------------------
 
+    def _note_quiet(
+        self, poll: _Poll, raw: list[MessageTypeDef], error: DriverError | None
+    ) -> None:
+        """Remember a long poll's empty answer; any message or error forgets it."""
+        if raw or error is not None:
+            self._quiet_since.pop(poll.queue, None)
+        elif poll.wait_s >= 1 and not poll.url.endswith(".fifo"):
+            self._quiet_since[poll.queue] = asyncio.get_running_loop().time()
+
+    def _known_empty(self, queue: str) -> bool:
+        """The sidecar's own long polls already say the queue has no visible message: the
+        latest one came back empty and another is waiting on the queue now (or that answer
+        is younger than one poll). A FIFO queue is never assumed empty: a long poll there
+        also answers empty while its message groups are held by messages in flight."""
+        since = self._quiet_since.get(queue)
+        if since is None:
+            return False
+        if any(poll.queue == queue and poll.wait_s >= 1 for poll in self._polls):
+            return True
+        return asyncio.get_running_loop().time() - since < self.options.wait_time_s
+
     async def depth(self, queue: str) -> QueueDepth:
+        """Visible, in flight and delayed messages (GetQueueAttributes). While the sidecar's
+        long polls find the queue empty, visible is 0 from them and no call is made, so an
+        idle queue costs its long polls only (3 calls/min); in flight and delayed are then
+        unknown."""
+        if self._known_empty(queue):
+            self.depths_from_polls += 1
+            return QueueDepth(visible=0, in_flight=None, delayed=None)
         names = [
             "ApproximateNumberOfMessages",
             "ApproximateNumberOfMessagesNotVisible",

@@ -220,6 +220,28 @@ async def test_depth_publish_and_content_type(aws: Aws) -> None:
     await driver.ping()
 
 
+async def test_depth_of_an_idle_queue_comes_from_the_long_polls_not_a_call(aws: Aws) -> None:
+    """While the sidecar's own long poll waits on an empty queue, depth needs no
+    GetQueueAttributes (an idle queue costs its long polls only); once a poll returns
+    messages, depth asks SQS again and sees the backlog."""
+    queue = aws.queue("high")
+    driver = await aws.driver((queue,), None, lease_s=30, wait_time_s=5)
+    assert await driver.receive(queue, 1, 1) == []  # a 1 s long poll, empty
+    waiting = asyncio.create_task(driver.receive(queue, 1, 5))  # the next one, in flight
+    await asyncio.sleep(0.2)
+    before = Counter(driver.calls)
+    assert (await driver.depth(queue)).visible == 0
+    assert Counter(driver.calls) == before  # answered without a call
+    assert driver.depths_from_polls == 1
+    await aws.send(queue, "one")
+    await aws.send(queue, "two")
+    [taken] = await asyncio.wait_for(waiting, 10)
+    depth = await driver.depth(queue)
+    assert (depth.visible, depth.in_flight) == (1, 1)
+    assert driver.calls["GetQueueAttributes"] - before["GetQueueAttributes"] == 1
+    await driver.ack(taken)
+
+
 async def test_missing_queue_is_a_terminal_error(aws: Aws) -> None:
     with pytest.raises(DriverError, match="does not exist") as caught:
         await aws.driver((f"{aws.prefix}-never-created",), None)
