@@ -336,23 +336,27 @@ async def late_broker() -> AsyncIterator[LateBroker]:
     broker.stop()
 
 
+LOCK_S = 3.0
+
+
 async def test_concurrent_extends_and_delayed_retries_on_one_handler(bus: Bus) -> None:
     """Concurrency 8 on one receiver and one (not yet opened) sender: two extends of each
-    lock at once while the background renewal (lease longer than the 1 s lock, margin = the
-    whole lock) renews the same locks and a receive polls for the free slots, then eight
+    lock at once while the background renewal (lease longer than the lock, margin = the
+    whole lock; a 3 s lock so that receiving eight on a busy machine does not outlast it)
+    renews the same locks and a receive polls for the free slots, then eight
     delayed retries at once. Every lock holds
     (nothing is delivered twice) and every retry copy is scheduled. The azure-servicebus
     handlers are not safe for concurrent (re)opening: this failed before the driver
     serialised them (renew-lock errors, ``'NoneType' ... 'create_sender_link'``)."""
-    queue = bus.queue("conc", lock_s=1.0)
-    driver = await bus.driver((queue,), lease_s=2.0, renew_margin_s=1.0)
+    queue = bus.queue("conc", lock_s=LOCK_S)
+    driver = await bus.driver((queue,), lease_s=2 * LOCK_S, renew_margin_s=LOCK_S)
     other = await bus.driver((queue,), lease_s=1.0)
     bodies = sorted(f"m{n}".encode() for n in range(8))
     for body in bodies:
         await bus.send(queue, body)
     messages = await receive_all(driver, queue, 8)
     assert sorted(m.body for m in messages) == bodies
-    for _ in range(4):  # 2 s of concurrent renewals (two lock durations), next to a receive
+    for _ in range(2 * round(LOCK_S / 0.5)):  # two lock durations of concurrent renewals
         polled = asyncio.ensure_future(driver.receive(queue, 8, 0.5))  # the idle slots' poll
         await asyncio.gather(*(driver.extend(m, 2.0) for m in messages for _ in range(2)))
         assert await polled == []
