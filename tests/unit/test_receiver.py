@@ -115,7 +115,8 @@ async def test_a_stop_while_a_pause_abandons_the_take_still_ends_the_loop() -> N
     receiver.pause()  # a second pause while the first is being handled: one cancel only
     async with asyncio.timeout(2):  # no task in between: stop's cancel lands in this turn
         await receiver.stop()
-    assert receiver._loop is not None and receiver._loop.done()
+    assert receiver._loop is not None
+    assert receiver._loop.done()
     dispatcher.waiting.put_nowait(message(1))
     await asyncio.sleep(0.02)
     assert worker.handled == []
