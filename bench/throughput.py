@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import re
 import shutil
 from pathlib import Path
@@ -63,15 +64,27 @@ DEFAULT_MESSAGES = {"local": 2000, "sqs": 300, "gcp_pubsub": 1000, "redis": 2000
 
 async def run_mode(mode: str, broker: Broker, directory: Path, app: AppProcess,
                    concurrency: int, count: int, tag: str,
-                   timeout_s: float) -> Result:
+                   timeout_s: float, profile_dir: Path | None = None) -> Result:
     """msgs/s and CPU µs of this process per message. CPU per message is far steadier than
-    the rate when other work shares the machine; for SQS and Pub/Sub it includes the SDK."""
+    the rate when other work shares the machine; for SQS and Pub/Sub it includes the SDK.
+
+    ``profile_dir``: cProfile the run (event-loop thread only) into ``<dir>/<tag>.prof``;
+    the profiler slows the run, so its rates are not comparable with unprofiled ones."""
     if mode != "b":
         queue = f"bench-{tag}"
         queues = [f"hi-{tag}", f"mid-{tag}", queue] if mode == "d3" else [queue]
         await broker.create(queues)
         await broker.preload(queue, count)
-    return await _measure(mode, broker, directory, app, concurrency, count, tag, timeout_s)
+    if profile_dir is None:
+        return await _measure(mode, broker, directory, app, concurrency, count, tag, timeout_s)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        return await _measure(mode, broker, directory, app, concurrency, count, tag, timeout_s)
+    finally:
+        profiler.disable()
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        profiler.dump_stats(profile_dir / f"{tag}.prof")
 
 
 async def _measure(mode: str, broker: Broker, directory: Path, app: AppProcess,
@@ -111,7 +124,8 @@ async def run_wrk(app: AppProcess, concurrency: int, duration_s: float) -> float
 
 async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: int,
                        timeout_s: float, wrk_s: float,
-                       modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+                       modes: tuple[str, ...] = MODES,
+                       profile_dir: Path | None = None) -> dict[str, Any]:
     with temp_dir(name) as directory:
         broker = open_broker(name, directory)
         try:
@@ -128,7 +142,7 @@ async def bench_driver(name: str, concurrencies: list[int], count: int, rounds: 
                         for mode in modes[shift:] + modes[:shift]:
                             tag = f"r{round_no}-c{c}-{mode}"
                             rate, cpu_us = await run_mode(mode, broker, directory, app, c, count,
-                                                          tag, timeout_s)
+                                                          tag, timeout_s, profile_dir)
                             samples[c][mode].append(rate)
                             cpu[c][mode].append(cpu_us)  # None too: rounds stay aligned
                             log(f"{name} round {round_no} c={c} {mode}: {rounded(rate)} msg/s, "
@@ -161,7 +175,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     for name in args.driver:
         count = args.messages or DEFAULT_MESSAGES[name]
         out[name] = await bench_driver(name, args.concurrency, count, args.rounds,
-                                       args.timeout_s, args.wrk_s, tuple(args.mode))
+                                       args.timeout_s, args.wrk_s, tuple(args.mode),
+                                       args.profile)
     return out
 
 
@@ -177,6 +192,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout-s", type=float, default=120)
     parser.add_argument("--wrk-s", type=float, default=2, help="0 skips wrk")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="cProfile each run into DIR/<round-conc-mode>.prof (slows it: "
+                             "for finding costs, not for rates); read with pstats")
     args = parser.parse_args()
     args.driver = args.driver or ["local"]
     args.concurrency = args.concurrency or [1, 4, 16, 64]

@@ -17,6 +17,12 @@ UNREADABLE = (ValueError, RecursionError)
 ``UnicodeDecodeError`` are ``ValueError``s)."""
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_COMPACT_ASCII = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+"""Built once: ``json.dumps`` with any non-default option builds a new encoder per call,
+and ``encode`` runs once per delivery."""
+
+
 class JsonUnreadable(ValueError):
     """The text is not JSON this process can represent; ``str()`` says why, in one line."""
 
@@ -35,10 +41,10 @@ def encode(value: Any) -> bytes:
     """Compact UTF-8 JSON; a string holding a lone surrogate (it came from a ``\\udXXX``
     escape in the input) is written back as that same escape, so nothing is lost."""
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        text = _COMPACT(value)
         try:
             return text.encode("utf-8")
         except UnicodeEncodeError:
-            return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+            return _COMPACT_ASCII(value).encode("ascii")
     except RecursionError:
         raise JsonUnreadable("JSON nested too deeply for this encoder") from None

@@ -1,10 +1,11 @@
 """The one observer of delivery events: metrics, the journal and the delivery log lines.
 
 Receiving, the worker, the lease keeper and the settler only report what happened
-(``received``, ``forwarded``, ``lease_extended``, ``receive_call``, ``in_flight``,
-``settled``); this class alone turns that into Prometheus samples, journal records and log
-lines, as dramatiq's Prometheus middleware does. So every settle — surplus releases and
-failed settles included — is counted and journaled the same way.
+(``received``, ``forwarded``, ``lease_extended``, ``receive_call``, ``settled``); this class
+alone turns that into Prometheus samples, journal records and log lines, as dramatiq's
+Prometheus middleware does. So every settle — surplus releases and failed settles included —
+is counted and journaled the same way. (The in-flight gauge is read from the receiver at
+scrape time.)
 """
 
 from __future__ import annotations
@@ -61,14 +62,12 @@ class DeliveryObserver:
     def lease_extended(self, message: Message) -> None:
         self.metrics.queue(message.queue, message.priority).lease_extensions.inc()
 
-    def in_flight(self, count: int) -> None:
-        self.metrics.in_flight.set(count)
-
     def settled(self, event: Settled) -> None:
         message, kind = event.message, event.kind
         settled_ms = now_ms()
         self.metrics.queue(message.queue, message.priority).settled[kind.value].inc()
-        self._log(event, settled_ms - (event.forwarded_ms or message.received_ms))
+        if kind is not Kind.ACK or self._log_successes:  # an ack logs nothing above debug
+            self._log(event, settled_ms - (event.forwarded_ms or message.received_ms))
         if self._journal is not None:
             self._journal.append(JournalRecord(
                 message_id=message.id, queue=message.queue, priority=message.priority,

@@ -4,10 +4,12 @@ The receive loop asks the dispatcher for at most as many messages as there are f
 starts one worker task per message and waits for a slot to free up when all are busy.
 ``pause()`` closes a gate the loop waits on before each take (in-flight messages carry on)
 and abandons a take still waiting (the driver hands back whatever it caught); ``resume()``
-opens it again. The app gate (``app_gate.AppGate``) pauses and resumes it as the app comes and
-goes, and sets how many messages may be in hand (``capacity``: the effective concurrency).
-``stop()`` stops taking, lets in-flight tasks finish for ``shutdown.grace_s``, then cancels
-the rest: cancelled workers return their messages at once.
+opens it again. The take runs in the receive loop's own task and a pause cancels it there
+(a task per take raced against a "paused" waiter cost two tasks and three loop turns per
+take: at concurrency 1, per message). The app gate (``app_gate.AppGate``) pauses and resumes
+it as the app comes and goes, and sets how many messages may be in hand (``capacity``: the
+effective concurrency). ``stop()`` stops taking, lets in-flight tasks finish for
+``shutdown.grace_s``, then cancels the rest: cancelled workers return their messages at once.
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ class Receiver:
         self._slot_freed = asyncio.Event()
         self._open = asyncio.Event()
         self._open.set()
-        self._closed = asyncio.Event()
-        """Set while paused: wakes a take in progress so that it is abandoned."""
+        self._taking: asyncio.Task[None] | None = None
+        """The receive loop's task while it waits on a take: what ``pause`` cancels."""
+        self._abandoning = False
+        """``pause`` cancelled the take (not ``stop``): the loop carries on."""
         self._loop: asyncio.Task[None] | None = None
 
     @property
@@ -62,10 +66,11 @@ class Receiver:
     def pause(self) -> None:
         """Stop taking new messages (in-flight ones finish) until ``resume``."""
         self._open.clear()
-        self._closed.set()
+        if self._taking is not None and not self._abandoning:
+            self._abandoning = True
+            self._taking.cancel()
 
     def resume(self) -> None:
-        self._closed.clear()
         self._open.set()
 
     async def start(self) -> None:
@@ -87,7 +92,8 @@ class Receiver:
     async def _receive_loop(self) -> None:
         backoff = Backoff(initial_s=0.5, max_s=30.0)
         while True:
-            await self._open.wait()
+            if not self._open.is_set():
+                await self._open.wait()
             free = self._capacity(len(self._tasks))
             if free <= 0:
                 self._slot_freed.clear()
@@ -107,29 +113,28 @@ class Receiver:
     async def _take_unless_paused(self, free: int) -> list[Message]:
         """``dispatcher.take``, abandoned (its receives cancelled, nothing lost) as soon as
         the receiver is paused: while the app is down or busy nothing is received."""
-        take = asyncio.create_task(self._dispatcher.take(free), name="take")
-        closed = asyncio.create_task(self._closed.wait(), name="take-paused")
+        task = asyncio.current_task()
+        assert task is not None
+        self._taking = task
         try:
-            await asyncio.wait({take, closed}, return_when=asyncio.FIRST_COMPLETED)
-            if not take.done():
-                take.cancel()
-                await asyncio.gather(take, return_exceptions=True)
+            return await self._dispatcher.take(free)
+        except asyncio.CancelledError:
+            # ``uncancel`` counts the cancel requests: a ``stop`` as well still ends the loop
+            if self._abandoning and task.uncancel() == 0:
                 return []
-            return take.result()
+            raise
         finally:
-            take.cancel()
-            closed.cancel()
+            self._taking = None
+            self._abandoning = False
 
     def _start_task(self, message: Message) -> None:
         self._observer.received(message)
         task = asyncio.create_task(self._worker.handle(message), name=f"msg-{message.id}")
         self._tasks.add(task)
-        self._observer.in_flight(len(self._tasks))
         task.add_done_callback(self._task_done)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._observer.in_flight(len(self._tasks))
         self._slot_freed.set()
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("worker crashed", error=repr(error))

@@ -58,7 +58,8 @@ class Settler:
             reason = f"{plan.kind.value}: {plan.reason}" if plan.reason else plan.kind.value
             event = Settled(message, Kind.SETTLE_FAILED, f"{reason}; {what}: {exc}",
                             plan.http_status, forwarded_ms, detail)
-        trace.end(Outcome(event.kind, event.http_status, event.reason))
+        if trace is not NO_TRACE:
+            trace.end(Outcome(event.kind, event.http_status, event.reason))
         self._observer.settled(event)
         return event
 
@@ -67,12 +68,13 @@ class Settler:
         await self.settle(message, Outcome.release(reason))
 
     async def _call_with_retries(self, message: Message, plan: Settlement) -> None:
-        backoff = Backoff(initial_s=0.1, max_s=5.0)
+        backoff: Backoff | None = None  # made on the first failure: most settles have none
         while True:
             try:
                 await self._call(message, plan)
                 return
             except DriverError as exc:
+                backoff = backoff or Backoff(initial_s=0.1, max_s=5.0)
                 if not exc.retriable or message.lease.remaining_s() < backoff.next_s():
                     raise
                 log.warning("settle failed, retrying", message_id=message.id,

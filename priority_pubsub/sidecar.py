@@ -82,6 +82,8 @@ class Sidecar:
         self.receiver = Receiver(settings, self.dispatcher, worker, self.observer,
                                  capacity=self.gate.capacity)
         self.gate.attach(self.receiver)  # paused until the app is reachable (the start gate)
+        # read at scrape time: two gauge updates (each taking a lock) per message were a cost
+        self.metrics.in_flight.set_function(lambda: float(self.receiver.in_flight))
         self.watchdog = LoopWatchdog(settings.server.stall_after_s,
                                      on_stall=self.metrics.loop_stalls.inc)
         self.server = OpsServer(

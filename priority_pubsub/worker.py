@@ -38,7 +38,8 @@ class Attempt:
     outcome: Outcome | None = None
     trace: AttemptTrace = NO_TRACE
     payload: Payload | None = None
-    """The transformed payload, for the transforms' settle hooks (claim checks)."""
+    """The transformed payload, for the transforms' settle hooks (claim checks); None when
+    there are no transforms (nothing to call after the settle)."""
 
 
 class Worker:
@@ -106,15 +107,15 @@ class Worker:
                         releases_counted=self._driver.releases_count_as_attempts)
         if refused is not None:
             return refused
-        try:
-            payload = await self._chain.apply(
-                Payload(message.body, dict(message.attributes), message.content_type)
-            )
-        except TransformError as exc:
-            if exc.retriable:
-                return Outcome.retry(f"transform unavailable: {exc}")
-            return Outcome.dead(f"transform failed: {exc}")
-        attempt.payload = payload
+        payload = Payload(message.body, dict(message.attributes), message.content_type)
+        if not self._chain.empty:
+            try:
+                payload = await self._chain.apply(payload)
+            except TransformError as exc:
+                if exc.retriable:
+                    return Outcome.retry(f"transform unavailable: {exc}")
+                return Outcome.dead(f"transform failed: {exc}")
+            attempt.payload = payload  # for the settle hooks
         prepared = self._delivery.prepare(message, payload)
         if isinstance(prepared, Outcome):
             return prepared
@@ -128,7 +129,9 @@ class Worker:
         attempt.forwarded_ms = now_ms()
         started = time.perf_counter()
         request = attempt.trace.inject(prepared.request, prepared.url)
-        outcome = await self._forwarder.deliver(dataclasses.replace(prepared, request=request))
+        if request is not prepared.request:  # tracing on: the app gets its traceparent
+            prepared = dataclasses.replace(prepared, request=request)
+        outcome = await self._forwarder.deliver(prepared)
         self._observer.forwarded(message, time.perf_counter() - started)
         return outcome if self._gate is None else self._gate.observe(message, outcome)
 

@@ -101,6 +101,11 @@ class TransformChain:
     def from_config(cls, entries: Sequence[str | TransformEntry]) -> TransformChain:
         return cls([build_transform(entry) for entry in entries])
 
+    @property
+    def empty(self) -> bool:
+        """No transforms: the worker skips the chain's awaits (a cost per delivery)."""
+        return not self._transforms
+
     def __call__(self, payload: Payload) -> Payload:
         """The synchronous transforms only (an async one raises: use ``apply``)."""
         for transform in self._transforms:

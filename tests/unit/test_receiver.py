@@ -99,3 +99,41 @@ async def test_pausing_abandons_a_take_still_waiting() -> None:
     await asyncio.sleep(0.05)
     assert worker.handled == ["m1"]
     await receiver.stop()
+
+
+async def test_a_stop_while_a_pause_abandons_the_take_still_ends_the_loop() -> None:
+    # pause and stop both cancel the receive loop's task in the same turn: the pause's
+    # cancel is taken back, the stop's must not be
+    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 2})
+    dispatcher, worker = FakeDispatcher(), FakeWorker()
+    receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
+                        DeliveryObserver(Metrics(), None, driver_type="fake"))
+    await receiver.start()
+    await asyncio.sleep(0.02)
+    assert dispatcher.takes == 1
+    receiver.pause()
+    receiver.pause()  # a second pause while the first is being handled: one cancel only
+    async with asyncio.timeout(2):  # no task in between: stop's cancel lands in this turn
+        await receiver.stop()
+    assert receiver._loop is not None
+    assert receiver._loop.done()
+    dispatcher.waiting.put_nowait(message(1))
+    await asyncio.sleep(0.02)
+    assert worker.handled == []
+
+
+async def test_pause_and_resume_many_times_while_taking_loses_nothing() -> None:
+    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 4})
+    dispatcher, worker = FakeDispatcher(), FakeWorker()
+    receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
+                        DeliveryObserver(Metrics(), None, driver_type="fake"))
+    await receiver.start()
+    for n in range(20):
+        await asyncio.sleep(0.005)
+        receiver.pause()
+        dispatcher.waiting.put_nowait(message(n))
+        await asyncio.sleep(0)
+        receiver.resume()
+    await asyncio.sleep(0.1)
+    assert sorted(worker.handled) == sorted(f"m{n}" for n in range(20))
+    await receiver.stop()
