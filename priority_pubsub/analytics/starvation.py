@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from priority_pubsub.analytics.frames import small_frame
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -230,12 +232,11 @@ def starvation(
 
     if priorities is None:
         priorities = [r[0] for r in derived.select("priority").distinct().collect()]
-    lower = [(p,) for p in sorted(priorities)[1:]]
-    schema = "target int"
-    targets = spark.createDataFrame(lower, schema)
+    lower = sorted(priorities)[1:]
     if not lower:
-        return spark.createDataFrame([], RESULT_SCHEMA)
-    lowest = lower[0][0]
+        return small_frame(spark, [], RESULT_SCHEMA)
+    targets = small_frame(spark, [{"target": p} for p in lower], "target int")
+    lowest = lower[0]
     starts = _minute_starts(derived, targets, lowest)
     worst = _starvation_rows(_per_minute(_events(derived, targets, lowest), starts))
     return targets.join(worst, "target", "left").select(
