@@ -9,8 +9,9 @@ of ``p`` is the interval ``[a, r]`` from an anchor ``a`` to the next ``p`` recei
 such that at least one message of a higher priority was received in ``[a, r]``. Throughout
 such a window the backlog is non-empty and nothing of ``p`` is taken, so ``p``'s oldest
 waiting message (whichever it is) ages by exactly ``r - a`` while only higher priorities
-are served. The report gives, per ``p``, the longest such window, the number of
-higher-priority deliveries inside it, and how many windows there were.
+are served. The report gives, per ``p``, the longest such window (the earliest of equally
+long ones), the number of higher-priority deliveries inside it, and how many windows there
+were.
 
 Retry deliveries of ``p`` are left out of the backlog (the journal does not record when a
 retried message became visible again); retry deliveries of higher priorities count as
