@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from priority_pubsub.analytics import tables as T
 from priority_pubsub.analytics.capacity import CapacityRow, capacity, max_in_flight, observed_peak
+from priority_pubsub.analytics.frames import small_frame
 from priority_pubsub.analytics.load import LineCounts, load
 from priority_pubsub.analytics.page import PageData, render
 from priority_pubsub.analytics.starvation import StarvationRow, collect_rows, starvation
@@ -218,7 +219,7 @@ def _write_rows(spark: SparkSession, rows: list[dict[str, Any]], out: Path, name
         "offered_load double, cumulative_load double, workers_needed int, "
         "observed_max_in_flight int, observed_mean_in_flight double"
     )
-    return _write(spark.createDataFrame(rows, schema), out, name)
+    return _write(small_frame(spark, rows, schema), out, name)
 
 
 def _rows(frame: DataFrame) -> list[dict[str, Any]]:

@@ -9,8 +9,9 @@ of ``p`` is the interval ``[a, r]`` from an anchor ``a`` to the next ``p`` recei
 such that at least one message of a higher priority was received in ``[a, r]``. Throughout
 such a window the backlog is non-empty and nothing of ``p`` is taken, so ``p``'s oldest
 waiting message (whichever it is) ages by exactly ``r - a`` while only higher priorities
-are served. The report gives, per ``p``, the longest such window, the number of
-higher-priority deliveries inside it, and how many windows there were.
+are served. The report gives, per ``p``, the longest such window (the earliest of equally
+long ones), the number of higher-priority deliveries inside it, and how many windows there
+were.
 
 Retry deliveries of ``p`` are left out of the backlog (the journal does not record when a
 retried message became visible again); retry deliveries of higher priorities count as
@@ -23,8 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from priority_pubsub.analytics.frames import small_frame
+
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 _ENQ, _HIGHER, _RECEIVE = 0, 1, 2
 RESULT_SCHEMA = (
@@ -70,69 +73,129 @@ def _events(derived: DataFrame, targets: DataFrame, lowest_target: int) -> DataF
 STARVATION_BUCKET_MS = 60_000
 
 
-def _windows(events: DataFrame) -> DataFrame:
-    """Every receive of a target priority with its previous anchor and the higher count.
+def _bucket(column: Column) -> Column:
+    from pyspark.sql import functions as F
 
-    The running sums (backlog, higher-priority receives) and "the last anchor before" are
-    computed in two levels, so no task holds more than one minute of one target: first per
-    minute (a small frame), what the minute starts from (backlog, higher count, the last
-    anchor of the minutes before); then within each minute, partitioned by (target, minute).
-    One window over all of a target's events put them all in one task: at 10 M records it
-    ran out of memory."""
+    return F.floor(column / STARVATION_BUCKET_MS)
+
+
+def _minute_starts(derived: DataFrame, targets: DataFrame, lowest_target: int) -> DataFrame:
+    """Per (target, minute): the backlog and the higher-priority count the minute starts from.
+
+    Counted from the records, not from the events: each record gives its enqueue minute and
+    its receive minute (one cheap aggregation per (priority, minute)); each target then sums
+    its own net backlog and every higher priority's receives (a small frame), and a running
+    sum over the minutes before gives the start values. (Counting them from the events made
+    Spark build the events once more for each use of this frame.)"""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    higher = (F.col("kind") == _HIGHER).cast("long")
-    events = events.withColumn("bucket", F.floor(F.col("t") / STARVATION_BUCKET_MS))
-    minutes = events.groupBy("target", "bucket").agg(
-        F.sum("delta").alias("net"), F.sum(higher).alias("higher_n")
+    first = ((F.col("attempt") == 1) & (F.col("priority") >= lowest_target)).cast("long")
+    zero, one = F.lit(0).cast("long"), F.lit(1).cast("long")
+    enq_ms = F.least(F.col("enqueued_ms"), F.col("received_ms"))
+    sides = F.array(
+        F.struct(_bucket(enq_ms).alias("bucket"), first.alias("e"), zero.alias("r"),
+                 zero.alias("h")),
+        F.struct(_bucket(F.col("received_ms")).alias("bucket"), zero.alias("e"),
+                 first.alias("r"), one.alias("h")),
+    )  # fmt: skip
+    per_priority = (
+        derived.select("priority", F.explode(sides).alias("s"))
+        .groupBy("priority", F.col("s.bucket").alias("bucket"))
+        .agg(F.sum("s.e").alias("e"), F.sum("s.r").alias("r"), F.sum("s.h").alias("h"))
     )
-    before_minute = (
-        Window.partitionBy("target").orderBy("bucket").rowsBetween(Window.unboundedPreceding, -1)
-    )
-    starts = minutes.select(
-        "target",
-        "bucket",
-        F.coalesce(F.sum("net").over(before_minute), F.lit(0)).alias("backlog0"),
-        F.coalesce(F.sum("higher_n").over(before_minute), F.lit(0)).alias("higher0"),
-    )
-    marked = _marked(events.join(starts, ["target", "bucket"]))
-    order = F.col("t") * 4 + F.col("kind")  # (t, kind) as one long: kind is 0..2
-    anchors = (
-        marked.where(F.col("anchor_t").isNotNull())
+    own = F.col("priority") == F.col("target")
+    minutes = (
+        per_priority.join(F.broadcast(targets), F.col("priority") <= F.col("target"))
         .groupBy("target", "bucket")
         .agg(
-            F.max_by("anchor_t", order).alias("last_t"),
-            F.max_by("anchor_higher", order).alias("last_higher"),
+            F.sum(F.when(own, F.col("e") - F.col("r")).otherwise(0)).alias("net"),
+            F.sum(F.when(~own, F.col("h")).otherwise(0)).alias("higher_n"),
         )
     )
-    carried = (
-        minutes.select("target", "bucket")
-        .join(anchors, ["target", "bucket"], "left")
-        .select(
-            "target",
-            "bucket",
-            F.last("last_t", ignorenulls=True).over(before_minute).alias("carry_t"),
-            F.last("last_higher", ignorenulls=True).over(before_minute).alias("carry_higher"),
-        )
+    before = (
+        Window.partitionBy("target").orderBy("bucket").rowsBetween(Window.unboundedPreceding, -1)
     )
-    inside_before = (
+    return minutes.select(
+        "target",
+        "bucket",
+        F.coalesce(F.sum("net").over(before), F.lit(0)).alias("backlog0"),
+        F.coalesce(F.sum("higher_n").over(before), F.lit(0)).alias("higher0"),
+    )
+
+
+def _window(duration: Column, start: Column, end: Column, higher: Column) -> Column:
+    """A window as a struct that orders longest first, then earliest (``max`` picks it)."""
+    from pyspark.sql import functions as F
+
+    return F.struct(
+        duration.cast("long").alias("duration_ms"),
+        (-start).cast("long").alias("neg_start_ms"),
+        end.cast("long").alias("end_ms"),
+        higher.cast("long").alias("higher"),
+    )
+
+
+def _per_minute(events: DataFrame, starts: DataFrame) -> DataFrame:
+    """One sort of the events by (target, minute, t, kind) and one pass over it, summed per
+    (target, minute): the windows that start and end inside the minute (count, longest),
+    the minute's last anchor, and its first receive when no anchor precedes it inside the
+    minute (that window starts in an earlier minute: ``_starvation_rows`` completes it).
+
+    Running values start from ``starts``, so no task holds more than one minute of one
+    target (one window over all of a target's events ran out of memory at 10 M records).
+    The anchors' times and higher counts never decrease, so "the last anchor before" is a
+    running ``max``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    events = events.withColumn("bucket", _bucket(F.col("t")))
+    marked = _marked(events.join(starts, ["target", "bucket"]))
+    before = (
         Window.partitionBy("target", "bucket")
         .orderBy("t", "kind")
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    receives = (
-        marked.withColumn("prev_t", F.last("anchor_t", ignorenulls=True).over(inside_before))
-        .withColumn("prev_higher", F.last("anchor_higher", ignorenulls=True).over(inside_before))
-        .where(F.col("kind") == _RECEIVE)
-        .join(carried, ["target", "bucket"])
+    prev_t = F.max("anchor_t").over(before)
+    prev_higher = F.max("anchor_higher").over(before)
+    points = (
+        marked.withColumn("prev_t", prev_t)
+        .withColumn("prev_higher", prev_higher)
+        .where((F.col("kind") == _RECEIVE) | F.col("anchor_t").isNotNull())
     )
-    prev_higher = F.coalesce(F.col("prev_higher"), F.col("carry_higher"))
-    return receives.select(
-        "target",
-        F.coalesce(F.col("prev_t"), F.col("carry_t")).alias("start_ms"),
-        F.col("t").alias("end_ms"),
-        (F.col("higher_seen") - prev_higher).alias("higher"),
+    receive = F.col("kind") == _RECEIVE
+    higher = F.col("higher_seen") - F.col("prev_higher")
+    counted = receive & F.col("prev_t").isNotNull() & (higher > 0)
+    opening = receive & F.col("prev_t").isNull()
+    longest = _window(F.col("t") - F.col("prev_t"), F.col("prev_t"), F.col("t"), higher)
+    return points.groupBy("target", "bucket").agg(
+        F.sum(counted.cast("long")).alias("windows"),
+        F.max(F.when(counted, longest)).alias("longest"),
+        F.max("anchor_t").alias("last_t"),
+        F.max("anchor_higher").alias("last_higher"),
+        F.min(F.when(opening, F.col("t"))).alias("open_t"),
+        F.max(F.when(opening, F.col("higher_seen"))).alias("open_higher"),
+    )
+
+
+def _starvation_rows(minutes: DataFrame) -> DataFrame:
+    """Per target: windows counted and the longest, each minute's opening receive completed
+    with the last anchor of the minutes before (a small frame: one row per minute)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    before = (
+        Window.partitionBy("target").orderBy("bucket").rowsBetween(Window.unboundedPreceding, -1)
+    )
+    carried = minutes.withColumn("carry_t", F.max("last_t").over(before)).withColumn(
+        "carry_higher", F.max("last_higher").over(before)
+    )
+    higher = F.col("open_higher") - F.col("carry_higher")
+    completed = F.col("open_t").isNotNull() & F.col("carry_t").isNotNull() & (higher > 0)
+    opened = _window(F.col("open_t") - F.col("carry_t"), F.col("carry_t"), F.col("open_t"), higher)
+    return carried.groupBy("target").agg(
+        (F.sum("windows") + F.sum(completed.cast("long"))).alias("windows"),
+        F.max(F.greatest(F.col("longest"), F.when(completed, opened))).alias("w"),
     )
 
 
@@ -170,24 +233,19 @@ def starvation(
 
     if priorities is None:
         priorities = [r[0] for r in derived.select("priority").distinct().collect()]
-    lower = [(p,) for p in sorted(priorities)[1:]]
-    schema = "target int"
-    targets = spark.createDataFrame(lower, schema)
+    lower = sorted(priorities)[1:]
     if not lower:
-        return spark.createDataFrame([], RESULT_SCHEMA)
-    windows = _windows(_events(derived, targets, lower[0][0])).where(F.col("higher") > 0)
-    windows = windows.withColumn("duration_ms", F.col("end_ms") - F.col("start_ms"))
-    worst = windows.groupBy("target").agg(
-        F.count("*").alias("windows"),
-        F.max_by(F.struct("start_ms", "end_ms", "higher"), F.col("duration_ms")).alias("w"),
-        F.max("duration_ms").alias("duration_ms"),
-    )
+        return small_frame(spark, [], RESULT_SCHEMA)
+    targets = small_frame(spark, [{"target": p} for p in lower], "target int")
+    lowest = lower[0]
+    starts = _minute_starts(derived, targets, lowest)
+    worst = _starvation_rows(_per_minute(_events(derived, targets, lowest), starts))
     return targets.join(worst, "target", "left").select(
         F.col("target").alias("priority"),
         F.coalesce(F.col("windows"), F.lit(0)).alias("windows"),
-        F.col("w.start_ms").alias("window_start_ms"),
+        (-F.col("w.neg_start_ms")).alias("window_start_ms"),
         F.col("w.end_ms").alias("window_end_ms"),
-        (F.coalesce(F.col("duration_ms"), F.lit(0)) / 1000.0).alias("duration_s"),
+        (F.coalesce(F.col("w.duration_ms"), F.lit(0)) / 1000.0).alias("duration_s"),
         F.coalesce(F.col("w.higher"), F.lit(0)).alias("higher_priority_deliveries"),
     )
 

@@ -51,36 +51,116 @@ def percentile_columns(column: str, prefix: str) -> list[Column]:
     return [sketch[i].alias(f"{prefix}_p{round(p * 100)}_s") for i, p in enumerate(PERCENTILES)]
 
 
-def outcome_columns() -> list[Column]:
-    """Counts per outcome, completed messages, and each outcome's share of attempts."""
-    from pyspark.sql import functions as F
-
-    counts = [F.sum((F.col("outcome") == o).cast("long")).alias(o) for o in OUTCOMES]
-    completed = F.sum(F.col("outcome").isin(*FINAL_OUTCOMES).cast("long")).alias("completed")
-    rates = [F.avg((F.col("outcome") == o).cast("double")).alias(f"{o}_rate") for o in OUTCOMES]
-    return [F.count("*").alias("attempts"), *counts, completed, *rates]
+ROLLUP_KEYS = ("priority", "hour", "queue")
 
 
 def rollup(derived: DataFrame) -> DataFrame:
-    """Every statistic at three levels in one pass: (priority, hour, queue), (priority, hour)
-    and (priority), told apart by ``level`` (``LEVEL_*``). Percentiles cannot be merged
-    after the fact, so the coarser levels are aggregated from the records, not the rows."""
+    """Every statistic at three levels: (priority, hour, queue), (priority, hour) and
+    (priority), told apart by ``level`` (``LEVEL_*``).
+
+    Two aggregations of the records, because a single one ran every aggregate interpreted:
+    percentiles are sketches (Spark's object hash aggregate, no generated code), and one of
+    them in an aggregation put the counts and sums beside them on that slow path too. So the
+    counts, sums and bounds are one generated hash aggregation per (priority, hour, queue),
+    rolled up afterwards from its (small) rows; only the percentiles are aggregated from the
+    records at each level (sketches cannot be merged after the fact; ``_sketches``). The two
+    small results are joined on the level's keys."""
     from pyspark.sql import functions as F
 
+    finest = derived.groupBy(*ROLLUP_KEYS).agg(
+        F.count("*").alias("attempts"),
+        *(F.sum((F.col("outcome") == o).cast("long")).alias(o) for o in OUTCOMES),
+        F.sum(F.col("outcome").isin(*FINAL_OUTCOMES).cast("long")).alias("completed"),
+        F.count("wait_s").alias("first_deliveries"),
+        F.sum("bytes").alias("bytes"),
+        F.min("settled_ms").alias("first_settled_ms"),
+        F.max("settled_ms").alias("last_settled_ms"),
+    )
+    counts = finest.rollup(*ROLLUP_KEYS).agg(
+        *(F.sum(c).alias(c) for c in ("attempts", *OUTCOMES, "completed", "first_deliveries")),
+        F.sum("bytes").alias("bytes"),
+        F.concat_ws(", ", F.array_sort(F.collect_set("queue"))).alias("queues"),
+        F.min("first_settled_ms").alias("first_settled_ms"),
+        F.max("last_settled_ms").alias("last_settled_ms"),
+        F.grouping_id().alias("level"),
+    )
+    sketches = _sketches(derived, finest).withColumnsRenamed(
+        {k: f"_{k}" for k in (*ROLLUP_KEYS, "level")}
+    )
+    same_group = [counts[k].eqNullSafe(sketches[f"_{k}"]) for k in (*ROLLUP_KEYS, "level")]
+    # an outcome's share of attempts: its count over attempts (the same double as avg of 0/1)
+    rates = [
+        (F.col(o).cast("double") / F.col("attempts").cast("double")).alias(f"{o}_rate")
+        for o in OUTCOMES
+    ]
     return (
-        derived.rollup("priority", "hour", "queue")
-        .agg(
-            *outcome_columns(),
-            F.count("wait_s").alias("first_deliveries"),
-            *percentile_columns("wait_s", "wait"),
-            *percentile_columns("proc_s", "proc"),
-            F.sum("bytes").alias("bytes"),
-            F.concat_ws(", ", F.array_sort(F.collect_set("queue"))).alias("queues"),
-            F.min("settled_ms").alias("first_settled_ms"),
-            F.max("settled_ms").alias("last_settled_ms"),
-            F.grouping_id().alias("level"),
+        counts.where(F.col("priority").isNotNull())
+        .join(sketches, same_group)
+        .select(
+            *ROLLUP_KEYS,
+            "attempts",
+            *OUTCOMES,
+            "completed",
+            *rates,
+            "first_deliveries",
+            *PERCENTILE_NAMES,
+            "bytes",
+            "queues",
+            "first_settled_ms",
+            "last_settled_ms",
+            "level",
         )
-        .where(F.col("priority").isNotNull())
+    )
+
+
+PERCENTILE_NAMES = tuple(f"{k}_p{round(p * 100)}_s" for k in ("wait", "proc") for p in PERCENTILES)
+
+
+def _sketches(derived: DataFrame, finest: DataFrame) -> DataFrame:
+    """The percentiles per (priority, hour, queue, level) of ``rollup``.
+
+    A (priority, hour) served by one queue holds the same records as its one (priority,
+    hour, queue) group, so its percentiles are that group's, copied after aggregating; only
+    the hours where queues share a priority are sketched again. Each record thus enters two
+    sketches, not three: the sketches are the report's costliest aggregate (no generated
+    code, and they made most of the garbage the collector had to clear)."""
+    from pyspark.sql import functions as F
+
+    shared = finest.groupBy("priority", "hour").agg((F.count("*") > 1).alias("shared"))
+    flagged = derived.select(*ROLLUP_KEYS, "wait_s", "proc_s").join(
+        F.broadcast(shared), ["priority", "hour"]
+    )
+    no_hour, no_queue = F.lit(None).cast("timestamp"), F.lit(None).cast("string")
+
+    def group(hour: Column, queue: Column, level: int | Column, shared: Column) -> Column:
+        return F.struct(
+            hour.alias("hour"),
+            queue.alias("queue"),
+            F.lit(level).alias("level"),
+            shared.alias("shared"),
+        )
+
+    hour, queue, yes = F.col("hour"), F.col("queue"), F.lit(True)
+    groups = F.array(
+        group(hour, queue, LEVEL_HOURLY, F.col("shared")),
+        F.when(F.col("shared"), group(hour, no_queue, LEVEL_PRIORITY_HOUR, yes)),
+        group(no_hour, no_queue, LEVEL_PRIORITY, yes),
+    )
+    aggregated = (
+        flagged.select("priority", "wait_s", "proc_s", F.explode(groups).alias("g"))
+        .where(F.col("g").isNotNull())
+        .groupBy("priority", "g.hour", "g.queue", "g.level", "g.shared")
+        .agg(*percentile_columns("wait_s", "wait"), *percentile_columns("proc_s", "proc"))
+    )
+    single = (F.col("level") == LEVEL_HOURLY) & ~F.col("shared")
+    copies = F.when(
+        single,
+        F.array(
+            group(hour, queue, LEVEL_HOURLY, yes), group(hour, no_queue, LEVEL_PRIORITY_HOUR, yes)
+        ),
+    ).otherwise(F.array(group(hour, queue, F.col("level"), yes)))
+    return aggregated.select("priority", F.explode(copies).alias("g"), *PERCENTILE_NAMES).select(
+        "priority", "g.hour", "g.queue", "g.level", *PERCENTILE_NAMES
     )
 
 

@@ -4,7 +4,11 @@ Why. Spark's defaults are for a cluster: 200 shuffle partitions whatever the dat
 1 M-record report ran hundreds of tiny tasks per aggregate. The report sets the shuffle
 partitions from the journal's size (``SHUFFLE_BYTES_PER_PARTITION`` per partition, at least
 the cores Spark has; unless the launcher set them) and turns adaptive query execution on
-(it coalesces small shuffle partitions and splits skewed ones at run time). Each step of
+(it coalesces small shuffle partitions and splits skewed ones at run time). It also keeps
+the cached journal frame uncompressed (``CACHE``): Spark's columnar cache compression tries
+every encoding on every value while the cache fills, which cost about as much CPU as
+parsing the JSON (1 M records: ~4 s of 9 s), to save memory the cache rarely lacks (about
+120 bytes a record; ``MEMORY_AND_DISK`` spills what does not fit). Each step of
 the report runs under a job description (``report: <step>``), so Spark's UI, event log and
 ``bench.bench_report --event-log`` show which step each job and stage belongs to;
 ``Steps`` also keeps each step's wall time for the summary.
@@ -29,6 +33,7 @@ ADAPTIVE = {
     "spark.sql.adaptive.coalescePartitions.enabled": "true",
     "spark.sql.adaptive.skewJoin.enabled": "true",
 }
+CACHE = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
 
 
 def input_bytes(spark: SparkSession, journal_glob: str) -> int | None:
@@ -53,11 +58,12 @@ def shuffle_partitions(size: int, cores: int) -> int:
 
 
 def tune(spark: SparkSession, journal_glob: str) -> int | None:
-    """Apply AQE and input-sized shuffle partitions to ``spark``; the partitions chosen.
+    """Apply AQE, the cache setting and input-sized shuffle partitions to ``spark``; the
+    partitions chosen.
 
     A value the launcher set explicitly (``spark-submit --conf``, the builder) is kept."""
     given = spark.sparkContext.getConf()
-    for key, value in ADAPTIVE.items():
+    for key, value in {**ADAPTIVE, **CACHE}.items():
         if not given.contains(key):
             spark.conf.set(key, value)
     if given.contains("spark.sql.shuffle.partitions"):

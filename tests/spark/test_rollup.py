@@ -1,0 +1,69 @@
+"""The rollup's three levels against plain Python, with queues sharing a priority or not.
+
+A (priority, hour) served by one queue takes its percentiles from that queue's group; one
+served by several is sketched on its own. Both paths, and the per-priority level, must give
+values within percentile_approx's error of the exact ones."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from priority_pubsub.analytics import tables as T
+from priority_pubsub.analytics.load import load
+from priority_pubsub.journal import JournalRecord
+from tests.spark import expect, journals
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+def shared_journal() -> list[JournalRecord]:
+    """The stats journal, with every third priority-1 message of hour 0 on a second queue."""
+    records = journals.stats_journal(per_hour=120, hours=2)
+    return [
+        dataclasses.replace(r, queue="tasks-normal-b")
+        if r.priority == 1 and r.settled_ms < journals.T0 + journals.HOUR_MS
+        and int(r.message_id.rsplit("-", 1)[1]) % 3 == 0
+        else r
+        for r in records
+    ]  # fmt: skip
+
+
+def test_every_level_matches_the_records(spark: SparkSession, tmp_path: Path) -> None:
+    records = shared_journal()
+    path = journals.write(tmp_path / "journal-1.jsonl", records)
+    loaded = load(spark, str(path), None, None, derive=T.with_derived)
+    try:
+        rows = [r.asDict() for r in T.rollup(loaded.valid).collect()]
+    finally:
+        loaded.release()
+
+    def hour_ms(r: JournalRecord) -> int:
+        return r.settled_ms - r.settled_ms % journals.HOUR_MS
+
+    keyed: dict[tuple[int, object, object], list[JournalRecord]] = defaultdict(list)
+    for r in records:
+        keyed[(T.LEVEL_HOURLY, (r.priority, hour_ms(r)), r.queue)].append(r)
+        keyed[(T.LEVEL_PRIORITY_HOUR, (r.priority, hour_ms(r)), None)].append(r)
+        keyed[(T.LEVEL_PRIORITY, (r.priority, None), None)].append(r)
+    assert len(rows) == len(keyed)
+    shared_seen = False
+    for row in rows:
+        hour = None if row["hour"] is None else int(row["hour"].timestamp() * 1000)
+        group = keyed[(row["level"], (row["priority"], hour), row["queue"])]
+        assert row["attempts"] == len(group)
+        assert row["queues"] == ", ".join(sorted({r.queue for r in group}))
+        shared_seen |= row["level"] == T.LEVEL_PRIORITY_HOUR and "," in row["queues"]
+        waits = [(r.received_ms - r.enqueued_ms) / 1000 for r in group if r.attempt == 1]
+        procs = [(r.settled_ms - (r.forwarded_ms or 0)) / 1000 for r in group]
+        for q, name in zip(T.PERCENTILES, ("p50", "p95", "p99"), strict=True):
+            assert expect.within_rank(waits, q, row[f"wait_{name}_s"]), (row, q)
+            assert expect.within_rank(procs, q, row[f"proc_{name}_s"]), (row, q)
+    assert shared_seen
