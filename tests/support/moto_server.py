@@ -57,7 +57,8 @@ def _ready(endpoint_url: str) -> bool:
 
 @contextlib.contextmanager
 def running_moto_server(timeout_s: float = 30, port: int | None = None) -> Iterator[MotoServer]:
-    """Start ``python -m moto.server``, wait until it answers, stop it afterwards. A test
+    """Start moto's server (``tests.support.moto_atomic_receive``: receives made atomic, see
+    there), wait until it answers, stop it afterwards. A test
     that starts it late (or restarts it) passes the ``port`` its clients already use."""
     if importlib.util.find_spec("moto.server") is None:
         raise MotoUnavailable("moto[server] is not installed (pip install 'moto[server]')")
@@ -65,8 +66,10 @@ def running_moto_server(timeout_s: float = 30, port: int | None = None) -> Itera
     endpoint_url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-m", "tests.support.moto_atomic_receive", "-H", "127.0.0.1", "-p",
+             str(port)],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **CREDENTIALS},
+            cwd=Path(__file__).resolve().parents[2],  # where ``tests`` imports from
         )
         try:
             deadline = time.monotonic() + timeout_s
