@@ -138,22 +138,33 @@ class RedisCounter:
     async def start(self) -> None:
         ready = asyncio.Event()
 
+        from redis import exceptions as redis_errors
+
         async def listen() -> None:
-            async with self.broker.client.monitor() as monitor:
-                ready.set()
-                async for command in monitor.listen():
-                    words = str(command["command"]).split()
-                    name = words[0].lower() if words else "?"
-                    if name == "echo" and self.MARK in command["command"]:
-                        self._marked.set()
-                        return
-                    if name in ("info", "echo"):
-                        continue  # this counter's own
-                    (self.inside if command["client_type"] == "lua" else self.sent)[name] += 1
+            # A read that times out means no command came for that long (an idle sidecar
+            # blocked in XREAD): MONITOR again; only the reconnect's instant goes unseen.
+            while True:
+                with contextlib.suppress(redis_errors.TimeoutError):
+                    async with self.broker.client.monitor() as monitor:
+                        ready.set()
+                        async for command in monitor.listen():
+                            if self._count(command):
+                                self._marked.set()
+                                return
 
         self._stats_before = await self._server_total()
         self._task = asyncio.create_task(listen())
         await ready.wait()
+
+    def _count(self, command: dict[str, Any]) -> bool:
+        """Count one monitored command; True at this counter's end mark."""
+        words = str(command["command"]).split()
+        name = words[0].lower() if words else "?"
+        if name == "echo" and self.MARK in command["command"]:
+            return True
+        if name not in ("info", "echo"):  # those are this counter's own
+            (self.inside if command["client_type"] == "lua" else self.sent)[name] += 1
+        return False
 
     async def stop(self) -> dict[str, Any]:
         total = await self._server_total() - self._stats_before

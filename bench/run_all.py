@@ -269,6 +269,13 @@ def _ok(big: float | None, small: float | None) -> str:
     return "met" if big >= small else "NOT met"
 
 
+def _previous(path: Path) -> dict[str, dict[str, Any]]:
+    """The results of an earlier run, by command line (``--rerun`` keeps them)."""
+    if not path.exists():
+        return {}
+    return {entry["command"]: entry["result"] for entry in json.loads(path.read_text())}
+
+
 def render(results: list[tuple[str, str, dict[str, Any]]], started: str, flags: str) -> str:
     machine = machine_info()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
@@ -291,7 +298,8 @@ def render(results: list[tuple[str, str, dict[str, Any]]], started: str, flags: 
         "",
     ]
     for name, command, result in results:
-        out += [f"## {name}", "", f"`{command}` ({result.get('elapsed_s', '?')} s)", ""]
+        rerun = f"; re-run at {result['rerun_at']} UTC" if "rerun_at" in result else ""
+        out += [f"## {name}", "", f"`{command}` ({result.get('elapsed_s', '?')} s{rerun})", ""]
         if "error" in result:
             out += [f"failed: {result['error']}", ""]
             continue
@@ -299,7 +307,8 @@ def render(results: list[tuple[str, str, dict[str, Any]]], started: str, flags: 
             out += [*SECTIONS[name](result), ""]
         if name != "throughput":
             body = {k: v for k, v in result.items()
-                    if k not in ("benchmark", "when", "command", "machine", "elapsed_s")}
+                    if k not in ("benchmark", "when", "command", "machine", "elapsed_s",
+                                 "rerun_at")}
             if name == "calls":  # every run's counts stay in results.json
                 body["drivers"] = {d: {k: v for k, v in r.items() if k != "runs"}
                                    for d, r in body.get("drivers", {}).items()}
@@ -334,6 +343,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes: checks that everything runs, measures nothing")
     parser.add_argument("--only", action="append", help="run only these benchmarks")
+    parser.add_argument("--rerun", action="append",
+                        help="run only these benchmarks again and keep every other result "
+                             "of the existing results.json (marked as re-run in RESULTS.md)")
     parser.add_argument("--out", type=Path,
                         help="directory for RESULTS.md and results.json (default bench/; "
                              "with --quick a temporary one)")
@@ -341,12 +353,20 @@ def main() -> None:
     out = args.out or (Path(tempfile.mkdtemp(prefix="bench-quick-")) if args.quick else HERE)
     flags = "".join(f" {f}" for f, on in (("--big", args.big), ("--no-cloud", args.no_cloud),
                                           ("--quick", args.quick)) if on)
+    flags += "".join(f" --rerun {name}" for name in args.rerun or [])
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    kept = _previous(out / "results.json") if args.rerun else {}
     results = []
     for name, extra in plan(args.big, not args.no_cloud, args.quick):
         if args.only and name not in args.only:
             continue
+        shown = " ".join([".venv/bin/python", "-m", f"bench.{name}", *extra])
+        if args.rerun and name not in args.rerun and shown in kept:
+            results.append((name, shown, kept[shown]))
+            continue
         command, result = run(name, extra)
+        if args.rerun:
+            result["rerun_at"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
         results.append((name, command, result))
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(
