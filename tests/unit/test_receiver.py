@@ -34,11 +34,17 @@ def message(n: int) -> Message:
     return Message(f"m{n}", "q", 0, b"{}", {}, 1, now_ms(), Lease(None, now_ms() + 60_000))
 
 
-async def test_a_paused_receiver_takes_nothing_until_resumed() -> None:
-    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 2})
+def make_receiver(concurrency: int) -> tuple[Receiver, FakeDispatcher, FakeWorker]:
+    """A receiver on one queue over the fakes, with a real observer and no app gate."""
+    settings = validate_config({"queues": [{"name": "q"}], "concurrency": concurrency})
     dispatcher, worker = FakeDispatcher(), FakeWorker()
     receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
                         DeliveryObserver(Metrics(), None, driver_type="fake"))
+    return receiver, dispatcher, worker
+
+
+async def test_a_paused_receiver_takes_nothing_until_resumed() -> None:
+    receiver, dispatcher, worker = make_receiver(concurrency=2)
     receiver.pause()
     await receiver.start()
     dispatcher.waiting.put_nowait(message(1))
@@ -82,10 +88,7 @@ async def test_nothing_is_taken_before_the_app_gate_opens() -> None:
 
 
 async def test_pausing_abandons_a_take_still_waiting() -> None:
-    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 2})
-    dispatcher, worker = FakeDispatcher(), FakeWorker()
-    receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
-                        DeliveryObserver(Metrics(), None, driver_type="fake"))
+    receiver, dispatcher, worker = make_receiver(concurrency=2)
     await receiver.start()
     await asyncio.sleep(0.02)
     assert dispatcher.takes == 1  # waiting for a message
@@ -104,10 +107,7 @@ async def test_pausing_abandons_a_take_still_waiting() -> None:
 async def test_a_stop_while_a_pause_abandons_the_take_still_ends_the_loop() -> None:
     # pause and stop both cancel the receive loop's task in the same turn: the pause's
     # cancel is taken back, the stop's must not be
-    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 2})
-    dispatcher, worker = FakeDispatcher(), FakeWorker()
-    receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
-                        DeliveryObserver(Metrics(), None, driver_type="fake"))
+    receiver, dispatcher, worker = make_receiver(concurrency=2)
     await receiver.start()
     await asyncio.sleep(0.02)
     assert dispatcher.takes == 1
@@ -123,10 +123,7 @@ async def test_a_stop_while_a_pause_abandons_the_take_still_ends_the_loop() -> N
 
 
 async def test_pause_and_resume_many_times_while_taking_loses_nothing() -> None:
-    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 4})
-    dispatcher, worker = FakeDispatcher(), FakeWorker()
-    receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
-                        DeliveryObserver(Metrics(), None, driver_type="fake"))
+    receiver, dispatcher, worker = make_receiver(concurrency=4)
     await receiver.start()
     for n in range(20):
         await asyncio.sleep(0.005)
