@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from priority_pubsub.config import load_config
 from priority_pubsub.ops import publish_messages
 from tests.support.app import Received, RecordingApp
-from tests.support.sidecar import SidecarProcess, cli
+from tests.support.sidecar import SidecarProcess, cli, start_sidecar
 from tests.support.waiting import wait_until
 
 
@@ -115,3 +116,17 @@ def assert_each_order_once(received: list[int], app: Any, journal: Path, orders:
     records = journal_records(journal)
     assert [r["outcome"] for r in records] == ["ack"] * orders
     return records
+
+
+def weighted_shares(directory: Path, app: RecordingApp, config: dict[str, Any],
+                    names: list[str], deliveries: int, timeout_s: float) -> list[float]:
+    """Run ``config`` with weights 6/3/1 on ``names`` (most urgent first) and return each
+    queue's share of the first ``deliveries`` the app received."""
+    config["queues"] = [{"name": n, "weight": w} for n, w in zip(names, (6, 3, 1), strict=True)]
+    sidecar = start_sidecar(directory, config)
+    try:
+        received = app.wait_for(deliveries, timeout_s=timeout_s)
+    finally:
+        assert sidecar.stop() == 0
+    served = Counter(r.event["queue"] for r in received[:deliveries])
+    return [served[name] / deliveries for name in names]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 
 from priority_pubsub.drivers.base import DEAD_LETTER_REASON
 from priority_pubsub.drivers.rabbitmq_wire import ATTEMPT_HEADER
-from tests.e2e.helpers import journal_records, wait_until
+from tests.e2e.helpers import journal_records, wait_until, weighted_shares
 from tests.e2e.scenarios import SidecarScenarios
 from tests.support.app import RecordingApp, Reply
 from tests.support.dapr_resources import (
@@ -84,14 +83,7 @@ def test_weighted_shares_follow_weights(
     config = rabbit.config(tmp_path, app.url, names, concurrency=4,
                            scheduling="weighted", journal=None,
                            log={"level": "warning", "format": "json"})
-    config["queues"] = [{"name": n, "weight": w} for n, w in zip(names, (6, 3, 1), strict=True)]
-    sidecar = start_sidecar(tmp_path, config)
-    try:
-        received = app.wait_for(300, timeout_s=60)
-    finally:
-        assert sidecar.stop() == 0
-    served = Counter(r.event["queue"] for r in received[:300])
-    shares = [served[name] / 300 for name in names]
+    shares = weighted_shares(tmp_path, app, config, names, deliveries=300, timeout_s=60)
     assert shares == pytest.approx([0.6, 0.3, 0.1], abs=0.07), shares
     assert all(rabbit.count(name) > 0 for name in names)  # weights, not empties, decided
 

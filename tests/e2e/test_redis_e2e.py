@@ -17,12 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.helpers import journal_records, wait_until
+from tests.e2e.helpers import journal_records, wait_until, weighted_shares
 from tests.e2e.scenarios import SidecarScenarios
 from tests.e2e.test_observability import samples
 from tests.support.app import RecordingApp, Reply
 from tests.support.redis_server import OwnRedis
-from tests.support.sidecar import SidecarProcess, cli, start_sidecar, write_config
+from tests.support.sidecar import cli, start_sidecar, write_config
 from tests.support.topologies.base import topology_config
 from tests.support.topologies.redis import RedisTopology, group_lag
 
@@ -85,14 +85,7 @@ def test_weighted_shares_follow_weights_under_saturation(
     config = topology_config(topo, tmp_path, app.url, names, concurrency=4,
                              scheduling="weighted", journal=None,
                              log={"level": "warning", "format": "json"})
-    config["queues"] = [{"name": n, "weight": w} for n, w in zip(names, (6, 3, 1), strict=True)]
-    sidecar = SidecarProcess(tmp_path, config)
-    try:
-        received = app.wait_for(600, timeout_s=90)
-    finally:
-        assert sidecar.stop() == 0
-    served = Counter(r.event["queue"] for r in received[:600])
-    shares = [served[name] / 600 for name in names]
+    shares = weighted_shares(tmp_path, app, config, names, deliveries=600, timeout_s=90)
     assert shares == pytest.approx([0.6, 0.3, 0.1], abs=0.05)
     assert all(group_lag(topo.raw, n, topo.raw.xinfo_groups(n)[0]) > 0  # never ran dry
                for n in names)
