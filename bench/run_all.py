@@ -91,9 +91,14 @@ def _idle_drivers(big: bool, cloud: bool, quick: bool) -> list[str]:
     return [arg for driver in drivers for arg in ("--driver", driver)] + extra
 
 
+def shown_command(name: str, args: list[str]) -> str:
+    """The command line as RESULTS.md shows it (and ``--rerun`` finds earlier results by)."""
+    return " ".join([".venv/bin/python", "-m", f"bench.{name}", *args])
+
+
 def run(name: str, args: list[str]) -> tuple[str, dict[str, Any]]:
     command = [sys.executable, "-m", f"bench.{name}", *args]
-    shown = " ".join([".venv/bin/python", "-m", f"bench.{name}", *args])
+    shown = shown_command(name, args)
     print(f"\n$ {shown}", file=sys.stderr, flush=True)
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, check=False)
@@ -360,7 +365,7 @@ def main() -> None:
     for name, extra in plan(args.big, not args.no_cloud, args.quick):
         if args.only and name not in args.only:
             continue
-        shown = " ".join([".venv/bin/python", "-m", f"bench.{name}", *extra])
+        shown = shown_command(name, extra)
         if args.rerun and name not in args.rerun and shown in kept:
             results.append((name, shown, kept[shown]))
             continue
