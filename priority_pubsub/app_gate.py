@@ -100,13 +100,15 @@ class AppGate:
         self._receivers.append(receiver)
         self._apply()
 
-    def _apply(self) -> None:
+    def _apply(self) -> bool:
+        """Pause or resume the receivers as the gate stands now; whether it is closed."""
         closed = self.blocked() is not None
         for receiver in self._receivers:
             if closed:
                 receiver.pause()
             else:
                 receiver.resume()
+        return closed
 
     # -- the questions -------------------------------------------------------------------
 
@@ -144,10 +146,15 @@ class AppGate:
         began to run (a pause may end in between), it returns at once instead of waiting for
         a notification that already happened."""
         changed = self._changed
+        # when a timed block ends is read before whether it holds: the clock only moves on,
+        # so a block seen after this read was already running when it was taken. Read the
+        # other way round, a pause ending between the two reads left a block with no end
+        # time, and the receivers stayed paused for good (a timer fires at its deadline).
+        reopens_in_s = self.reopens_in_s()
         if (self.blocked() is not None) != was_blocked:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), self.reopens_in_s())
+            await asyncio.wait_for(changed.wait(), reopens_in_s)
 
     # -- feeding it ----------------------------------------------------------------------
 
@@ -204,9 +211,11 @@ class AppGate:
             group.create_task(self._reopen_loop(), name="app-gate-timer")
 
     async def _reopen_loop(self) -> None:
+        # what the receivers were told is what the wait starts from: asking the gate again
+        # could find a pause over that the receivers still obey, and wait for nothing
         while True:
-            await self.wait_for_change(self.blocked() is not None)
-            self._apply()
+            closed = self._apply()
+            await self.wait_for_change(closed)
 
     async def _probe_loop(self) -> None:
         try:

@@ -4,6 +4,7 @@ probe; the forwarder's classification against a real closed port and a real 503)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -189,6 +190,68 @@ async def test_a_pause_that_ended_before_the_wait_began_does_not_strand_the_rece
     clock.advance(2)  # ... and it ends before the receiver's wait starts
     await asyncio.wait_for(subject.wait_for_change(True), 1)  # returns at once
     assert subject.capacity(0) == 4
+
+
+class TickingClock(FakeClock):
+    """Moves on by ``tick`` at every read once started: time passes between two reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tick = 0.0
+
+    def __call__(self) -> float:
+        now = self.now
+        self.now += self.tick
+        return now
+
+
+async def test_a_pause_ending_between_the_gates_own_reads_does_not_strand_the_receiver() -> None:
+    clock = TickingClock()
+    subject, _, _ = gate(clock)
+    await subject.probe_once()
+    subject.observe(message(), Outcome.release("app busy", 503, 2.0))
+    # the timer that wakes the receiver fires at the pause's deadline: the first read still
+    # sees the pause, the next one sees it over
+    clock.advance(2 - 0.0005)
+    clock.tick = 0.001
+    await asyncio.wait_for(subject.wait_for_change(True), 1)
+    clock.tick = 0.0
+    assert subject.blocked() is None
+
+
+class RecordingReceiver:
+    def __init__(self) -> None:
+        self.paused = False
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+
+async def test_a_pause_ending_just_after_the_receivers_were_told_still_resumes_them() -> None:
+    clock = TickingClock()
+    subject, _, _ = gate(clock)
+    await subject.probe_once()
+    receiver = RecordingReceiver()
+    subject.attach(receiver)
+    subject.observe(message(), Outcome.release("app busy", 503, 2.0))
+    assert receiver.paused
+    clock.advance(2 - 0.05)  # the gate's timer is set for the last 50 ms of the pause ...
+    timer = asyncio.create_task(subject.run())
+    try:
+        await asyncio.sleep(0.01)
+        # ... and fires at the deadline: the receivers are told "paused" on one read of the
+        # clock, the pause is over on the next one
+        clock.advance(0.05 - 0.0005)
+        clock.tick = 0.001
+        await asyncio.sleep(0.3)
+        assert not receiver.paused
+    finally:
+        timer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await timer
 
 
 def test_daprd_app_health_flags_become_app_health_in_daprd_units() -> None:
