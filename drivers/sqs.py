@@ -118,6 +118,7 @@ MAX_ATTRIBUTES = 10
 _REASON_CHARS = 1024
 _CLOCK_MARGIN_MS = 250  # the visibility clock starts at SQS shortly before we see the answer
 _EXTEND_GRACE_MS = 1000
+_UNANSWERED_POLL_S = 1.0  # a long poll unanswered this long: nothing was visible meanwhile
 """An extension this late is still asked of SQS: the local deadline is a conservative estimate
 and nobody can have received the message yet unless a consumer polled in that very second."""
 _VISIBILITY_MARGIN_S = 2  # stay clear of the 12 h total so SQS never refuses an extension
@@ -189,6 +190,11 @@ class _Poll:
     wait_s: int = 0
     """WaitTimeSeconds: >= 1 is a long poll, which asks every server (an empty answer is
     reliable); 0 asks a sample and may miss a few messages."""
+
+    @property
+    def started_at(self) -> float:
+        """Loop time the poll was sent."""
+        return self.ends_at - self.wait_s
 
 
 class SqsDriver:
@@ -449,16 +455,21 @@ class SqsDriver:
             self._quiet_since[poll.queue] = asyncio.get_running_loop().time()
 
     def _known_empty(self, queue: str) -> bool:
-        """The sidecar's own long polls already say the queue has no visible message: the
-        latest one came back empty and another is waiting on the queue now (or that answer
-        is younger than one poll). A FIFO queue is never assumed empty: a long poll there
-        also answers empty while its message groups are held by messages in flight."""
+        """The sidecar's own long polls already say the queue has no visible message: one
+        has been waiting on it unanswered for a second or more (a long poll answers as soon
+        as a message is visible), or the latest one came back empty and another is waiting
+        now (or that answer is younger than one poll). A FIFO queue is never assumed empty:
+        a long poll there also answers empty while its message groups are held by messages
+        in flight."""
+        now = asyncio.get_running_loop().time()
+        waiting = [poll for poll in self._polls
+                   if poll.queue == queue and poll.wait_s >= 1 and not poll.url.endswith(".fifo")]
+        if any(now - poll.started_at >= _UNANSWERED_POLL_S for poll in waiting):
+            return True
         since = self._quiet_since.get(queue)
         if since is None:
             return False
-        if any(poll.queue == queue and poll.wait_s >= 1 for poll in self._polls):
-            return True
-        return asyncio.get_running_loop().time() - since < self.options.wait_time_s
+        return bool(waiting) or now - since < self.options.wait_time_s
 
     async def depth(self, queue: str) -> QueueDepth:
         """Visible, in flight and delayed messages (GetQueueAttributes). While the sidecar's

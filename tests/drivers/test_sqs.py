@@ -242,6 +242,27 @@ async def test_depth_of_an_idle_queue_comes_from_the_long_polls_not_a_call(aws: 
     await driver.ack(taken)
 
 
+async def test_depth_right_after_start_comes_from_a_long_poll_waiting_a_second(aws: Aws) -> None:
+    """Before any long poll has answered (the first 20 s of an idle sidecar), one that has
+    waited a second unanswered already says the queue is empty: the depth refresh makes no
+    call. A poll younger than that proves nothing yet."""
+    queue = aws.queue("high")
+    driver = await aws.driver((queue,), None, lease_s=30, wait_time_s=5)
+    waiting = asyncio.create_task(driver.receive(queue, 1, 5))
+    await asyncio.sleep(0.1)
+    before = Counter(driver.calls)
+    await driver.depth(queue)  # too young: asks SQS
+    assert driver.calls["GetQueueAttributes"] - before["GetQueueAttributes"] == 1
+    await asyncio.sleep(1.2)
+    before = Counter(driver.calls)
+    assert (await driver.depth(queue)).visible == 0
+    assert Counter(driver.calls) == before
+    assert driver.depths_from_polls == 1
+    await aws.send(queue, "one")
+    [taken] = await asyncio.wait_for(waiting, 10)
+    await driver.ack(taken)
+
+
 async def test_missing_queue_is_a_terminal_error(aws: Aws) -> None:
     with pytest.raises(DriverError, match="does not exist") as caught:
         await aws.driver((f"{aws.prefix}-never-created",), None)
