@@ -1,7 +1,12 @@
 """Receiving: keep every free worker slot busy, one task per message, and drain on stop.
 
 The receive loop asks the dispatcher for at most as many messages as there are free slots,
-starts one worker task per message and waits for a slot to free up when all are busy.
+starts one worker task per message and waits for a slot to free up when all are busy. A slot
+is the app's: it frees as soon as the app has answered (``AppSlot``), not when the settle
+that follows is done, so the next message's receive overlaps the previous one's ack (at
+concurrency 1 that overlap is what lets the sidecar keep up with a naive receive-POST-ack
+loop, bench/throughput.py); the app never has more than ``concurrency`` messages at once,
+and the sidecar never holds more than twice that (settles under way included).
 ``pause()`` closes a gate the loop waits on before each take (in-flight messages carry on)
 and abandons a take still waiting (the driver hands back whatever it caught); ``resume()``
 opens it again. The take runs in the receive loop's own task and a pause cancels it there
@@ -29,6 +34,23 @@ from priority_pubsub.worker import Worker
 log = get_logger("priority_pubsub.sidecar")
 
 
+class AppSlot:
+    """One message's place among the app's ``concurrency``: taken when the message is
+    received, given back once (``free``) when the app answered or the task ended, whichever
+    comes first."""
+
+    __slots__ = ("_give_back", "_held")
+
+    def __init__(self, give_back: Callable[[], None]) -> None:
+        self._give_back = give_back
+        self._held = True
+
+    def free(self) -> None:
+        if self._held:
+            self._held = False
+            self._give_back()
+
+
 class Receiver:
     def __init__(
         self,
@@ -46,6 +68,12 @@ class Receiver:
         self._worker = worker
         self._observer = observer
         self._tasks: set[asyncio.Task[None]] = set()
+        self._at_app = 0
+        self._most_held = 2 * concurrency
+        """Messages held at once, settles under way included: a broker slow to settle
+        must not let leases pile up while the app keeps answering."""
+        """Messages the app has or is about to get (slots not yet freed): what
+        ``capacity`` counts."""
         self._slot_freed = asyncio.Event()
         self._open = asyncio.Event()
         self._open.set()
@@ -57,7 +85,12 @@ class Receiver:
 
     @property
     def in_flight(self) -> int:
+        """Messages held (until settled), including those whose settle is under way."""
         return len(self._tasks)
+
+    @property
+    def at_app(self) -> int:
+        return self._at_app
 
     @property
     def paused(self) -> bool:
@@ -94,7 +127,7 @@ class Receiver:
         while True:
             if not self._open.is_set():
                 await self._open.wait()
-            free = self._capacity(len(self._tasks))
+            free = min(self._capacity(self._at_app), self._most_held - len(self._tasks))
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
@@ -129,13 +162,21 @@ class Receiver:
 
     def _start_task(self, message: Message) -> None:
         self._observer.received(message)
-        task = asyncio.create_task(self._worker.handle(message), name=f"msg-{message.id}")
+        self._at_app += 1
+        slot = AppSlot(self._slot_given_back)
+        task = asyncio.create_task(self._worker.handle(message, slot.free),
+                                   name=f"msg-{message.id}")
         self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+        task.add_done_callback(lambda done: self._task_done(done, slot))
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+    def _slot_given_back(self) -> None:
+        self._at_app -= 1
         self._slot_freed.set()
+
+    def _task_done(self, task: asyncio.Task[None], slot: AppSlot) -> None:
+        self._tasks.discard(task)
+        slot.free()
+        self._slot_freed.set()  # a settle ended: room under ``_most_held`` again
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("worker crashed", error=repr(error))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from priority_pubsub.app_gate import AppGate
@@ -68,8 +69,12 @@ class Worker:
         self._chain = TransformChain.from_config(settings.transforms)
         self._delivery = delivery or NativeDelivery(settings)
 
-    async def handle(self, message: Message) -> None:
-        """Run one attempt to its settled end. Cancellation returns the message at once."""
+    async def handle(self, message: Message, answered: Callable[[], None] = lambda: None) -> None:
+        """Run one attempt to its settled end. Cancellation returns the message at once.
+
+        ``answered`` is called once the app is done with the message (it answered, or the
+        attempt ended without reaching it), before the settle: the receiver counts the
+        app's concurrency up to there, so the next message's receive overlaps this settle."""
         attempt = Attempt(message, trace=self._tracer.attempt(message))
         keeper = LeaseKeeper(self._driver, message, self._settings.lease.duration_s,
                              self._observer)
@@ -87,6 +92,7 @@ class Worker:
             log.exception("internal error while delivering", message_id=message.id,
                           queue=message.queue)
             attempt.outcome = Outcome.retry(f"internal error: {type(exc).__name__}: {exc}"[:300])
+        answered()
         await keeper.stop()
         await asyncio.shield(self._settle(attempt, shutting_down=False))
 

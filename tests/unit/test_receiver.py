@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from priority_pubsub.app_gate import AppGate
 from priority_pubsub.config import validate_config
@@ -26,8 +27,27 @@ class FakeWorker:
     def __init__(self) -> None:
         self.handled: list[str] = []
 
-    async def handle(self, message: Message) -> None:
+    async def handle(self, message: Message, answered: Callable[[], None] = lambda: None) -> None:
         self.handled.append(message.id)
+
+
+class SlowSettleWorker:
+    """The app answers at once; the settle after it takes until ``settled`` is set."""
+
+    def __init__(self) -> None:
+        self.at_app = 0
+        self.most_at_app = 0
+        self.settling: list[str] = []
+        self.settled = asyncio.Event()
+
+    async def handle(self, message: Message, answered: Callable[[], None]) -> None:
+        self.at_app += 1
+        self.most_at_app = max(self.most_at_app, self.at_app)
+        await asyncio.sleep(0)
+        self.at_app -= 1
+        answered()
+        self.settling.append(message.id)
+        await self.settled.wait()
 
 
 def message(n: int) -> Message:
@@ -133,4 +153,24 @@ async def test_pause_and_resume_many_times_while_taking_loses_nothing() -> None:
         receiver.resume()
     await asyncio.sleep(0.1)
     assert sorted(worker.handled) == sorted(f"m{n}" for n in range(20))
+    await receiver.stop()
+
+
+async def test_the_next_message_is_taken_while_the_previous_one_settles() -> None:
+    settings = validate_config({"queues": [{"name": "q"}], "concurrency": 1})
+    dispatcher, worker = FakeDispatcher(), SlowSettleWorker()
+    receiver = Receiver(settings, dispatcher, worker,  # type: ignore[arg-type]
+                        DeliveryObserver(Metrics(), None, driver_type="fake"))
+    await receiver.start()
+    for n in range(4):
+        dispatcher.waiting.put_nowait(message(n))
+    await asyncio.sleep(0.05)
+    # answered by the app one at a time; two settles under way is as far as it goes
+    assert worker.settling == ["m0", "m1"]
+    assert worker.most_at_app == 1
+    assert (receiver.in_flight, receiver.at_app) == (2, 0)
+    worker.settled.set()
+    await asyncio.sleep(0.05)
+    assert worker.settling == ["m0", "m1", "m2", "m3"]
+    assert receiver.in_flight == 0
     await receiver.stop()

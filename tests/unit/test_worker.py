@@ -76,6 +76,20 @@ async def test_a_transform_bug_dead_letters_with_the_reason() -> None:
     assert "transform failed: broken: unexpected KeyError" in reason
 
 
+@pytest.mark.parametrize("broken", [False, True])
+async def test_the_app_slot_is_given_back_before_the_settle_call(broken: bool) -> None:
+    """The receiver may take the next message while this one settles: ``answered`` comes
+    once, before the driver's settle call, whether or not the attempt reached the app."""
+    driver = RecordingDriver()
+    subject = worker(driver)
+    if broken:
+        subject._chain = TransformChain([BrokenTransform()])
+    settle_calls_when_answered: list[int] = []
+    await subject.handle(message(), lambda: settle_calls_when_answered.append(len(driver.calls)))
+    assert settle_calls_when_answered == [0]
+    assert len(driver.calls) == 1
+
+
 @pytest.mark.parametrize(("attempt", "expected"), [(1, ("retry", 2.0)), (3, "dead_letter")])
 async def test_an_internal_error_retries_then_dead_letters(
     attempt: int, expected: Any, monkeypatch: pytest.MonkeyPatch
