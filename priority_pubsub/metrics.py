@@ -39,7 +39,8 @@ class Metrics:
             ["queue"], buckets=DURATION_BUCKETS, registry=r,
         )
         self.in_flight = Gauge(
-            "priority_pubsub_in_flight", "Messages held by workers now.", registry=r
+            "priority_pubsub_in_flight",
+            "Messages held now: at the app, or settling after it answered.", registry=r,
         )
         self.concurrency = Gauge(
             "priority_pubsub_concurrency",

@@ -50,10 +50,11 @@ def test_kill_9_under_load_with_two_replicas(
     assert result.lost == 0
     assert result.delivered == result.acked == MESSAGES
     assert result.dead == 0
-    assert result.duplicated <= KILLS * 4 * 2  # at most what the victim held, per kill
+    # at most what the victim held per kill: 4 at the app, up to 4 more settling
+    assert result.duplicated <= KILLS * 4 * 2
     # The journal (one unbuffered line per settle) has an ack for every message but those
     # settled in the instant of a kill (their ack committed, the process gone before the
-    # line): at most the victim's concurrency per kill.
+    # line): at most the victim's settles under way per kill.
     journaled = journal_outcomes(tmp_path / "journal")
     unjournaled = [i for i in ids if "ack" not in journaled.get(i, [])]
-    assert len(unjournaled) <= KILLS * 4, unjournaled
+    assert len(unjournaled) <= KILLS * 4 * 2, unjournaled
