@@ -99,9 +99,13 @@ class Dispatcher:
                 if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
                     break
         finally:
-            for task in tasks:
+            # only the waits still running need cancelling and awaiting: a gather of done
+            # tasks still costs a loop turn, on the path of every wake-up
+            unfinished = [task for task in tasks if not task.done()]
+            for task in unfinished:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if unfinished:
+                await asyncio.gather(*unfinished, return_exceptions=True)
         woken: list[Message] = []
         errors: list[BaseException] = []
         for task in tasks:
