@@ -199,7 +199,7 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
         paths["starvation"] = _write(starvation(spark, derived, priorities), out, "starvation")
         page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
     with steps.step("capacity"):
-        peaks = max_in_flight(derived)
+        peaks = max_in_flight(derived, priorities)
         page.capacity = capacity(derived, page.target_wait_s, peaks)
         page.observed_peak = observed_peak(peaks)
         rows = [asdict(c) for c in page.capacity]

@@ -108,9 +108,9 @@ def test_capacity_from_a_constructed_journal(spark: SparkSession, tmp_path: Path
 
 
 def test_max_in_flight_matches_a_plain_sweep(spark: SparkSession, tmp_path: Path) -> None:
-    """The two-level (per-minute) sweep gives the peak a single sweep over every event gives,
-    with intervals crossing minute boundaries, ends and starts sharing a millisecond, and
-    minutes with no event at all."""
+    """The two-level (per-minute) sweep of every scope at once gives each scope the peak a
+    single sweep over its own events gives, with intervals crossing minute boundaries, ends
+    and starts sharing a millisecond, and minutes with no event at all."""
     rng = random.Random(20)
     records, intervals = [], []
     for i in range(400):
@@ -121,10 +121,12 @@ def test_max_in_flight_matches_a_plain_sweep(spark: SparkSession, tmp_path: Path
         priority = rng.randint(0, 2)
         records.append(journals.record(f"m{i}", priority, start - 5, start, end))
         intervals.append((priority, start, end))
-    peaks = cap.max_in_flight(frame(spark, tmp_path, records))
+    derived = frame(spark, tmp_path, records)
+    peaks = cap.max_in_flight(derived)
     for scope in (0, 1, 2, None):
         chosen = [(s, e) for p, s, e in intervals if scope is None or p == scope]
         assert peaks[scope] == plain_sweep(chosen), scope
+    assert cap.max_in_flight(derived, [2, 0, 1]) == peaks  # priorities given, in any order
 
 
 def plain_sweep(intervals: list[tuple[int, int]]) -> int:
