@@ -47,6 +47,16 @@ def test_longest_starvation_window_per_lower_priority(spark: SparkSession, tmp_p
     assert p2.windows == 1
 
 
+def test_starvation_with_a_partial_priority_list(spark: SparkSession, tmp_path: Path) -> None:
+    """Records of a priority missing from the list passed still serve the targets above it
+    (their events come from the per-target conditions, not from a branch of their own)."""
+    derived = frame(spark, tmp_path, journals.starvation_journal())
+    every = {r.priority: r for r in collect_rows(starvation(spark, derived, [0, 1, 2]))}
+    partial = collect_rows(starvation(spark, derived, [1, 2]))
+    assert partial == [every[2]]
+    assert every[2].higher_priority_deliveries == 17  # priority 0's receives counted
+
+
 def test_single_priority_has_no_starvation_rows(spark: SparkSession, tmp_path: Path) -> None:
     only_high = [r for r in journals.starvation_journal() if r.priority == 0]
     derived = frame(spark, tmp_path, only_high)
