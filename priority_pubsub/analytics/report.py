@@ -172,7 +172,8 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
     from pyspark.sql import functions as F
 
     with steps.step("rollup"):
-        rolled = T.rollup(derived).persist()
+        fine = T.fine_groups(derived).persist()
+        rolled = T.rollup(derived, fine).persist()
         coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
     with steps.step("hourly"):
         paths = {"hourly": _write(T.hourly(rolled), out, "hourly")}
@@ -184,10 +185,11 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
     page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
     page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
     with steps.step("attempts"):
-        paths["attempts"] = _write(T.attempts_distribution(derived), out, "attempts")
+        paths["attempts"] = _write(T.attempts_distribution(derived, fine), out, "attempts")
     with steps.step("dead letters"):
-        paths["dead_letters"] = _write(T.dead_letters(derived), out, "dead_letters")
+        paths["dead_letters"] = _write(T.dead_letters(derived, fine), out, "dead_letters")
         page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
+    fine.unpersist()
     with steps.step("lifecycle"):
         paths["lifecycle"] = _write(T.lifecycle(derived), out, "lifecycle")
         life = spark.read.parquet(paths["lifecycle"])
