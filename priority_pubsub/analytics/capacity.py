@@ -186,22 +186,50 @@ def observed_peak(peaks: dict[int | None, int]) -> int:
     return peaks.get(None, 0)
 
 
-def capacity(
-    derived: DataFrame, target_wait_s: float, peaks: dict[int | None, int]
-) -> list[CapacityRow]:
-    """Per priority: arrival rate, service time, M/M/c workers needed, and the observed
-    concurrency (``peaks``, from ``max_in_flight``)."""
+def fine_columns() -> list[Column]:
+    """What ``capacity`` needs from the records as aggregates that add up across groups:
+    the attempts' busy time and the first deliveries' enqueue bounds, for
+    ``tables.fine_groups`` to carry (so capacity reads no record again)."""
     from pyspark.sql import functions as F
 
     first_enq = F.when(F.col("attempt") == 1, F.col("enqueued_ms"))
-    service = _service_ms()
-    stats = derived.groupBy("priority").agg(
-        F.count("*").alias("n"),
-        F.avg(service).alias("mean_ms"),
-        F.sum(service).alias("busy_ms"),
-        F.min(first_enq).alias("lo"),
-        F.max(first_enq).alias("hi"),
-    )
+    return [
+        F.sum(_service_ms()).alias("busy_ms"),
+        F.min(first_enq).alias("first_enqueued_lo"),
+        F.max(first_enq).alias("first_enqueued_hi"),
+    ]
+
+
+def capacity(
+    derived: DataFrame,
+    target_wait_s: float,
+    peaks: dict[int | None, int],
+    fine: DataFrame | None = None,
+) -> list[CapacityRow]:
+    """Per priority: arrival rate, service time, M/M/c workers needed, and the observed
+    concurrency (``peaks``, from ``max_in_flight``). The per-priority figures are summed
+    from ``fine`` (``tables.fine_groups`` of ``derived``) when given: the same numbers, as
+    the busy time is a sum of whole milliseconds (exact in a double, as ``avg`` sums)."""
+    from pyspark.sql import functions as F
+
+    if fine is None:
+        first_enq = F.when(F.col("attempt") == 1, F.col("enqueued_ms"))
+        service = _service_ms()
+        stats = derived.groupBy("priority").agg(
+            F.count("*").alias("n"),
+            F.avg(service).alias("mean_ms"),
+            F.sum(service).alias("busy_ms"),
+            F.min(first_enq).alias("lo"),
+            F.max(first_enq).alias("hi"),
+        )
+    else:
+        stats = fine.groupBy("priority").agg(
+            F.sum("n").alias("n"),
+            (F.sum("busy_ms").cast("double") / F.sum("n").cast("double")).alias("mean_ms"),
+            F.sum("busy_ms").alias("busy_ms"),
+            F.min("first_enqueued_lo").alias("lo"),
+            F.max("first_enqueued_hi").alias("hi"),
+        )
     collected = sorted(stats.collect(), key=lambda r: r["priority"])
     los = [r["lo"] for r in collected if r["lo"] is not None]
     if not los:

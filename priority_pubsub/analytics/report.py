@@ -189,7 +189,6 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
     with steps.step("dead letters"):
         paths["dead_letters"] = _write(T.dead_letters(derived, fine), out, "dead_letters")
         page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
-    fine.unpersist()
     with steps.step("lifecycle"):
         paths["lifecycle"] = _write(T.lifecycle(derived), out, "lifecycle")
         life = spark.read.parquet(paths["lifecycle"])
@@ -202,10 +201,11 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
         page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
     with steps.step("capacity"):
         peaks = max_in_flight(derived, priorities)
-        page.capacity = capacity(derived, page.target_wait_s, peaks)
+        page.capacity = capacity(derived, page.target_wait_s, peaks, fine)
         page.observed_peak = observed_peak(peaks)
         rows = [asdict(c) for c in page.capacity]
         paths["capacity"] = _write_rows(spark, rows, out, "capacity")
+    fine.unpersist()
     page.tables = paths
 
 

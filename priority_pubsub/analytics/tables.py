@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from priority_pubsub.analytics.capacity import fine_columns
 from priority_pubsub.analytics.schema import FINAL_OUTCOMES, OUTCOMES
 
 if TYPE_CHECKING:
@@ -56,12 +57,14 @@ ROLLUP_KEYS = ("priority", "hour", "queue")
 
 def fine_groups(derived: DataFrame) -> DataFrame:
     """Per (priority, hour, queue, attempt, outcome, dead-letter reason): the attempts (``n``),
-    first deliveries, bytes and settle bounds; ``reason`` only for dead and dropped attempts.
+    first deliveries, bytes, settle bounds and capacity's sums (``fine_columns``);
+    ``reason`` only for dead and dropped attempts.
 
-    One pass over the records serves three tables: ``rollup``'s counts, the attempts
-    distribution and the dead letters are sums of these few rows (each read the cached
-    records on its own, a full scan each). The reason is kept only where the dead-letter
-    table shows it, so the groups stay few whatever the retry reasons say."""
+    One pass over the records serves four steps: ``rollup``'s counts, the attempts
+    distribution, the dead letters and capacity's per-priority figures are sums of these
+    few rows (each read the cached records on its own, a full scan each). The reason is
+    kept only where the dead-letter table shows it, so the groups stay few whatever the
+    retry reasons say."""
     from pyspark.sql import functions as F
 
     reason = F.when(
@@ -73,6 +76,7 @@ def fine_groups(derived: DataFrame) -> DataFrame:
         F.sum("bytes").alias("bytes"),
         F.min("settled_ms").alias("first_settled_ms"),
         F.max("settled_ms").alias("last_settled_ms"),
+        *fine_columns(),
     )
 
 

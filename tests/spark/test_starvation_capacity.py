@@ -11,7 +11,7 @@ import pytest
 
 from priority_pubsub.analytics import capacity as cap
 from priority_pubsub.analytics.starvation import collect_rows, starvation
-from priority_pubsub.analytics.tables import with_derived
+from priority_pubsub.analytics.tables import fine_groups, with_derived
 from priority_pubsub.journal import JournalRecord
 from tests.spark import expect, journals
 
@@ -93,6 +93,8 @@ def test_capacity_from_a_constructed_journal(spark: SparkSession, tmp_path: Path
     derived = frame(spark, tmp_path, journals.capacity_journal())
     peaks = cap.max_in_flight(derived)
     rows = {r.priority: r for r in cap.capacity(derived, 5.0, peaks)}
+    from_fine = cap.capacity(derived, 5.0, peaks, fine_groups(derived))
+    assert from_fine == sorted(rows.values(), key=lambda r: r.priority)  # the same floats
     span_s = (359 * 10_000) / 1000  # first-delivery enqueues from T0 to T0 + 3590 s
     p0, p1 = rows[0], rows[1]
     assert p0.deliveries == 360
