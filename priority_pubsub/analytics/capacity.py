@@ -21,6 +21,7 @@ overall, and the mean in flight (total busy time / span, Little's law).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -94,34 +95,68 @@ def _service_ms() -> Column:
 SWEEP_BUCKET_MS = 60_000
 
 
-def max_in_flight(derived: DataFrame) -> dict[int | None, int]:
+def max_in_flight(
+    derived: DataFrame, priorities: Sequence[int] | None = None
+) -> dict[int | None, int]:
     """Max concurrent intervals per priority, and overall (key None), in one job.
 
     A sweep of +1/-1 events sorted by (time, delta), so at one millisecond the ends come
     before the starts (as the module docstring says) and the running level's maximum over
     the events is the maximum over the milliseconds; as a two-level prefix sum so no
-    partition holds more than one minute of one key: within each minute, the running level
-    and its peak; across minutes (a small frame), the level each minute starts from. A
-    single running sum over all events would put every event of a key in one task. (The
-    events are not summed per millisecond first: at one event or two per millisecond that
-    hash aggregation cost more than the sort it was meant to save.)"""
+    partition holds more than one minute: within each minute, the running levels and their
+    peaks; across minutes (a small frame), the level each minute starts from. A single
+    running sum over all events would put every event of a key in one task. (The events are
+    not summed per millisecond first: at one event or two per millisecond that hash
+    aggregation cost more than the sort it was meant to save.)
+
+    Every scope is swept in the same sort: each event is sorted once, by minute, and each
+    priority's level is a running sum of its own deltas beside the overall one. (Sorting a
+    copy of each event per scope doubled the rows shuffled and sorted, the step's largest
+    cost.) A priority's level read on another priority's event is its level after its own
+    last event in the minute (or the minute's start level), a value its own events already
+    reached or the level 0 every sweep ends at, so the peaks are those of separate sweeps.
+
+    ``priorities`` present in ``derived`` may be passed when already known (saves a job)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    if priorities is None:
+        priorities = [r[0] for r in derived.select("priority").distinct().collect()]
+    scopes: list[int | None] = [*sorted(priorities), None]
     start = F.coalesce(F.col("forwarded_ms"), F.col("received_ms"))
-    scopes = F.array(F.col("priority"), F.lit(None).cast("int"))  # the priority, and overall
-    events = _sweep_events(derived, start, scopes)
+    events = _sweep_events(derived, start)
     events = events.withColumn("bucket", F.floor(F.col("t") / SWEEP_BUCKET_MS))
     inside = (
-        Window.partitionBy("scope", "bucket")
+        Window.partitionBy("bucket")
         .orderBy("t", "d")
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    buckets = (
-        events.withColumn("level", F.sum("d").over(inside))
-        .groupBy("scope", "bucket")
-        .agg(F.max("level").alias("peak_inside"), F.sum("d").alias("net"))
+
+    def delta(scope: int | None) -> Column:
+        if scope is None:
+            return F.col("d")
+        return F.when(F.col("priority") == scope, F.col("d")).otherwise(0)
+
+    levels = events.select(
+        "bucket",
+        *(delta(s).alias(f"d{i}") for i, s in enumerate(scopes)),
+        *(F.sum(delta(s)).over(inside).alias(f"level{i}") for i, s in enumerate(scopes)),
     )
+    per_bucket = levels.groupBy("bucket").agg(
+        *(F.max(f"level{i}").alias(f"peak{i}") for i in range(len(scopes))),
+        *(F.sum(f"d{i}").alias(f"net{i}") for i in range(len(scopes))),
+    )
+    unpivoted = F.array(
+        *(
+            F.struct(
+                F.lit(s).cast("int").alias("scope"),
+                F.col(f"peak{i}").alias("peak_inside"),
+                F.col(f"net{i}").alias("net"),
+            )
+            for i, s in enumerate(scopes)
+        )
+    )
+    buckets = per_bucket.select("bucket", F.inline(unpivoted))
     before = (
         Window.partitionBy("scope").orderBy("bucket").rowsBetween(Window.unboundedPreceding, -1)
     )
@@ -135,19 +170,15 @@ def max_in_flight(derived: DataFrame) -> dict[int | None, int]:
     return {r["scope"]: int(r["peak"]) for r in peaks if r["peak"] is not None}
 
 
-def _sweep_events(derived: DataFrame, start: Column, scopes: Column) -> DataFrame:
-    """(scope, t, d): +1 at each attempt's start and -1 at its end, once per scope."""
+def _sweep_events(derived: DataFrame, start: Column) -> DataFrame:
+    """(priority, t, d): +1 at each attempt's start and -1 at its end."""
     from pyspark.sql import functions as F
 
     edges = F.array(
         F.struct(start.alias("t"), F.lit(1).alias("d")),
         F.struct(F.col("settled_ms").alias("t"), F.lit(-1).alias("d")),
     )
-    return (
-        derived.select(F.explode(scopes).alias("scope"), edges.alias("edges"))
-        .select("scope", F.explode("edges").alias("e"))
-        .select("scope", "e.t", "e.d")
-    )
+    return derived.select("priority", F.inline(edges))
 
 
 def observed_peak(peaks: dict[int | None, int]) -> int:
@@ -155,22 +186,50 @@ def observed_peak(peaks: dict[int | None, int]) -> int:
     return peaks.get(None, 0)
 
 
-def capacity(
-    derived: DataFrame, target_wait_s: float, peaks: dict[int | None, int]
-) -> list[CapacityRow]:
-    """Per priority: arrival rate, service time, M/M/c workers needed, and the observed
-    concurrency (``peaks``, from ``max_in_flight``)."""
+def fine_columns() -> list[Column]:
+    """What ``capacity`` needs from the records as aggregates that add up across groups:
+    the attempts' busy time and the first deliveries' enqueue bounds, for
+    ``tables.fine_groups`` to carry (so capacity reads no record again)."""
     from pyspark.sql import functions as F
 
     first_enq = F.when(F.col("attempt") == 1, F.col("enqueued_ms"))
-    service = _service_ms()
-    stats = derived.groupBy("priority").agg(
-        F.count("*").alias("n"),
-        F.avg(service).alias("mean_ms"),
-        F.sum(service).alias("busy_ms"),
-        F.min(first_enq).alias("lo"),
-        F.max(first_enq).alias("hi"),
-    )
+    return [
+        F.sum(_service_ms()).alias("busy_ms"),
+        F.min(first_enq).alias("first_enqueued_lo"),
+        F.max(first_enq).alias("first_enqueued_hi"),
+    ]
+
+
+def capacity(
+    derived: DataFrame,
+    target_wait_s: float,
+    peaks: dict[int | None, int],
+    fine: DataFrame | None = None,
+) -> list[CapacityRow]:
+    """Per priority: arrival rate, service time, M/M/c workers needed, and the observed
+    concurrency (``peaks``, from ``max_in_flight``). The per-priority figures are summed
+    from ``fine`` (``tables.fine_groups`` of ``derived``) when given: the same numbers, as
+    the busy time is a sum of whole milliseconds (exact in a double, as ``avg`` sums)."""
+    from pyspark.sql import functions as F
+
+    if fine is None:
+        first_enq = F.when(F.col("attempt") == 1, F.col("enqueued_ms"))
+        service = _service_ms()
+        stats = derived.groupBy("priority").agg(
+            F.count("*").alias("n"),
+            F.avg(service).alias("mean_ms"),
+            F.sum(service).alias("busy_ms"),
+            F.min(first_enq).alias("lo"),
+            F.max(first_enq).alias("hi"),
+        )
+    else:
+        stats = fine.groupBy("priority").agg(
+            F.sum("n").alias("n"),
+            (F.sum("busy_ms").cast("double") / F.sum("n").cast("double")).alias("mean_ms"),
+            F.sum("busy_ms").alias("busy_ms"),
+            F.min("first_enqueued_lo").alias("lo"),
+            F.max("first_enqueued_hi").alias("hi"),
+        )
     collected = sorted(stats.collect(), key=lambda r: r["priority"])
     los = [r["lo"] for r in collected if r["lo"] is not None]
     if not los:

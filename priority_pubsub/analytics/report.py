@@ -172,7 +172,8 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
     from pyspark.sql import functions as F
 
     with steps.step("rollup"):
-        rolled = T.rollup(derived).persist()
+        fine = T.fine_groups(derived).persist()
+        rolled = T.rollup(derived, fine).persist()
         coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
     with steps.step("hourly"):
         paths = {"hourly": _write(T.hourly(rolled), out, "hourly")}
@@ -184,9 +185,9 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
     page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
     page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
     with steps.step("attempts"):
-        paths["attempts"] = _write(T.attempts_distribution(derived), out, "attempts")
+        paths["attempts"] = _write(T.attempts_distribution(derived, fine), out, "attempts")
     with steps.step("dead letters"):
-        paths["dead_letters"] = _write(T.dead_letters(derived), out, "dead_letters")
+        paths["dead_letters"] = _write(T.dead_letters(derived, fine), out, "dead_letters")
         page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
     with steps.step("lifecycle"):
         paths["lifecycle"] = _write(T.lifecycle(derived), out, "lifecycle")
@@ -199,11 +200,12 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
         paths["starvation"] = _write(starvation(spark, derived, priorities), out, "starvation")
         page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
     with steps.step("capacity"):
-        peaks = max_in_flight(derived)
-        page.capacity = capacity(derived, page.target_wait_s, peaks)
+        peaks = max_in_flight(derived, priorities)
+        page.capacity = capacity(derived, page.target_wait_s, peaks, fine)
         page.observed_peak = observed_peak(peaks)
         rows = [asdict(c) for c in page.capacity]
         paths["capacity"] = _write_rows(spark, rows, out, "capacity")
+    fine.unpersist()
     page.tables = paths
 
 

@@ -48,26 +48,50 @@ class StarvationRow:
     higher_priority_deliveries: int
 
 
-def _events(derived: DataFrame, targets: DataFrame, lowest_target: int) -> DataFrame:
-    """Per target priority: its enqueues and receives, plus every higher-priority receive."""
+def _events(derived: DataFrame, lower: list[int], priorities: list[int]) -> DataFrame:
+    """Per target priority: its enqueues and receives, plus every higher-priority receive.
+
+    One pass over the records: each record yields exactly its events (an array chosen by its
+    priority and whether it is a first delivery, exploded), where building the three kinds
+    apart read every record three times (one scan of the cache each) and joined the higher
+    receives to the targets."""
     from pyspark.sql import functions as F
 
-    first = derived.where((F.col("attempt") == 1) & (F.col("priority") >= lowest_target))
+    def event(target: int, t: Column, kind: int, delta: int) -> Column:
+        return F.struct(
+            F.lit(target).cast("int").alias("target"),
+            t.cast("long").alias("t"),
+            F.lit(kind).alias("kind"),
+            F.lit(delta).alias("delta"),
+        )
+
     enq_ms = F.least(F.col("enqueued_ms"), F.col("received_ms"))  # clock skew: never after
-    own = first.select(F.col("priority").alias("target"), enq_ms.alias("t"))
-    enqueues = own.select("target", "t", F.lit(_ENQ).alias("kind"), F.lit(1).alias("delta"))
-    receives = first.select(
-        F.col("priority").alias("target"),
-        F.col("received_ms").alias("t"),
-        F.lit(_RECEIVE).alias("kind"),
-        F.lit(-1).alias("delta"),
-    )
-    higher = (
-        derived.select(F.col("priority").alias("src"), F.col("received_ms").alias("t"))
-        .join(F.broadcast(targets), F.col("src") < F.col("target"))
-        .select("target", "t", F.lit(_HIGHER).alias("kind"), F.lit(0).alias("delta"))
-    )
-    return enqueues.unionByName(receives).unionByName(higher)
+    received = F.col("received_ms")
+
+    def events_of(priority: int, first: bool) -> list[Column]:
+        own = (
+            [event(priority, enq_ms, _ENQ, 1), event(priority, received, _RECEIVE, -1)]
+            if first and priority in lower
+            else []
+        )
+        return own + [event(t, received, _HIGHER, 0) for t in lower if priority < t]
+
+    empty = F.array().cast("array<struct<target:int,t:bigint,kind:int,delta:int>>")
+    priority, first = F.col("priority"), F.col("attempt") == 1
+    chosen: Column | None = None
+    for p in sorted(set(priorities)):
+        for condition, is_first in (((priority == p) & first, True), (priority == p, False)):
+            arr = F.array(*events_of(p, is_first)) if events_of(p, is_first) else empty
+            chosen = F.when(condition, arr) if chosen is None else chosen.when(condition, arr)
+    # a priority not in ``priorities``: its events from every target's conditions
+    generic = [
+        F.when(first & (priority == t), event(t, enq_ms, _ENQ, 1)) for t in lower
+    ] + [F.when(first & (priority == t), event(t, received, _RECEIVE, -1)) for t in lower] + [
+        F.when(priority < t, event(t, received, _HIGHER, 0)) for t in lower
+    ]
+    fallback = F.filter(F.array(*generic), lambda e: e.isNotNull())
+    every = fallback if chosen is None else chosen.otherwise(fallback)
+    return derived.select(F.inline(every))
 
 
 STARVATION_BUCKET_MS = 60_000
@@ -239,7 +263,7 @@ def starvation(
     targets = small_frame(spark, [{"target": p} for p in lower], "target int")
     lowest = lower[0]
     starts = _minute_starts(derived, targets, lowest)
-    worst = _starvation_rows(_per_minute(_events(derived, targets, lowest), starts))
+    worst = _starvation_rows(_per_minute(_events(derived, lower, priorities), starts))
     return targets.join(worst, "target", "left").select(
         F.col("target").alias("priority"),
         F.coalesce(F.col("windows"), F.lit(0)).alias("windows"),

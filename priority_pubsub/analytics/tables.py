@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from priority_pubsub.analytics.capacity import fine_columns
 from priority_pubsub.analytics.schema import FINAL_OUTCOMES, OUTCOMES
 
 if TYPE_CHECKING:
@@ -54,27 +55,68 @@ def percentile_columns(column: str, prefix: str) -> list[Column]:
 ROLLUP_KEYS = ("priority", "hour", "queue")
 
 
-def rollup(derived: DataFrame) -> DataFrame:
+def fine_groups(derived: DataFrame) -> DataFrame:
+    """Per (priority, hour, queue, attempt, outcome, dead-letter reason): the attempts (``n``),
+    first deliveries, bytes, settle bounds and capacity's sums (``fine_columns``);
+    ``reason`` only for dead and dropped attempts.
+
+    One pass over the records serves four steps: ``rollup``'s counts, the attempts
+    distribution, the dead letters and capacity's per-priority figures are sums of these
+    few rows (each read the cached records on its own, a full scan each). The reason is
+    kept only where the dead-letter table shows it, so the groups stay few whatever the
+    retry reasons say."""
+    from pyspark.sql import functions as F
+
+    reason = F.when(
+        F.col("outcome").isin(*DEAD_OUTCOMES), F.coalesce(F.col("reason"), F.lit(NO_REASON))
+    )
+    return derived.groupBy(*ROLLUP_KEYS, "attempt", "outcome", reason.alias("reason")).agg(
+        F.count("*").alias("n"),
+        F.count("wait_s").alias("first_deliveries"),
+        F.sum("bytes").alias("bytes"),
+        F.min("settled_ms").alias("first_settled_ms"),
+        F.max("settled_ms").alias("last_settled_ms"),
+        *fine_columns(),
+    )
+
+
+DEAD_OUTCOMES = ("dead", "drop")
+NO_REASON = "(no reason given)"
+
+
+def _count_of(column: Column) -> Column:
+    """A sum of counts that is never null (as ``count`` is), for the tables' schemas."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.sum(column), F.lit(0).cast("long"))
+
+
+def rollup(derived: DataFrame, fine: DataFrame | None = None) -> DataFrame:
     """Every statistic at three levels: (priority, hour, queue), (priority, hour) and
     (priority), told apart by ``level`` (``LEVEL_*``).
 
     Two aggregations of the records, because a single one ran every aggregate interpreted:
     percentiles are sketches (Spark's object hash aggregate, no generated code), and one of
     them in an aggregation put the counts and sums beside them on that slow path too. So the
-    counts, sums and bounds are one generated hash aggregation per (priority, hour, queue),
-    rolled up afterwards from its (small) rows; only the percentiles are aggregated from the
+    counts, sums and bounds are summed from ``fine`` (``fine_groups``: one generated hash
+    aggregation of the records, pass it when already computed) per (priority, hour, queue)
+    and rolled up afterwards from those (small) rows; only the percentiles are aggregated from the
     records at each level (sketches cannot be merged after the fact; ``_sketches``). The two
     small results are joined on the level's keys."""
     from pyspark.sql import functions as F
 
-    finest = derived.groupBy(*ROLLUP_KEYS).agg(
-        F.count("*").alias("attempts"),
-        *(F.sum((F.col("outcome") == o).cast("long")).alias(o) for o in OUTCOMES),
-        F.sum(F.col("outcome").isin(*FINAL_OUTCOMES).cast("long")).alias("completed"),
-        F.count("wait_s").alias("first_deliveries"),
+    fine = fine_groups(derived) if fine is None else fine
+    n, zero = F.col("n"), F.lit(0).cast("long")
+    finest = fine.groupBy(*ROLLUP_KEYS).agg(
+        _count_of(n).alias("attempts"),
+        *(F.sum(F.when(F.col("outcome") == o, n).otherwise(zero)).alias(o) for o in OUTCOMES),
+        F.sum(F.when(F.col("outcome").isin(*FINAL_OUTCOMES), n).otherwise(zero)).alias(
+            "completed"
+        ),
+        _count_of(F.col("first_deliveries")).alias("first_deliveries"),
         F.sum("bytes").alias("bytes"),
-        F.min("settled_ms").alias("first_settled_ms"),
-        F.max("settled_ms").alias("last_settled_ms"),
+        F.min("first_settled_ms").alias("first_settled_ms"),
+        F.max("last_settled_ms").alias("last_settled_ms"),
     )
     counts = finest.rollup(*ROLLUP_KEYS).agg(
         *(F.sum(c).alias(c) for c in ("attempts", *OUTCOMES, "completed", "first_deliveries")),
@@ -186,22 +228,24 @@ HOURLY_COLUMNS = (
 )  # fmt: skip
 
 
-def attempts_distribution(derived: DataFrame) -> DataFrame:
-    """Per (queue, priority, hour, attempt number): how many deliveries were that attempt."""
+def attempts_distribution(derived: DataFrame, fine: DataFrame | None = None) -> DataFrame:
+    """Per (queue, priority, hour, attempt number): how many deliveries were that attempt
+    (summed from ``fine``, ``fine_groups`` of ``derived``, when given)."""
+    fine = fine_groups(derived) if fine is None else fine
+    return fine.groupBy(*KEYS, "attempt").agg(_count_of(fine["n"]).alias("deliveries"))
+
+
+def dead_letters(derived: DataFrame, fine: DataFrame | None = None) -> DataFrame:
+    """Per (queue, priority, hour, outcome, reason) for messages dead-lettered or dropped
+    (summed from ``fine``, ``fine_groups`` of ``derived``, when given)."""
     from pyspark.sql import functions as F
 
-    return derived.groupBy(*KEYS, "attempt").agg(F.count("*").alias("deliveries"))
-
-
-def dead_letters(derived: DataFrame) -> DataFrame:
-    """Per (queue, priority, hour, outcome, reason) for messages dead-lettered or dropped."""
-    from pyspark.sql import functions as F
-
-    reason = F.coalesce(F.col("reason"), F.lit("(no reason given)")).alias("reason")
+    fine = fine_groups(derived) if fine is None else fine
+    reason = F.coalesce(F.col("reason"), F.lit(NO_REASON)).alias("reason")
     return (
-        derived.where(F.col("outcome").isin("dead", "drop"))
+        fine.where(F.col("outcome").isin(*DEAD_OUTCOMES))
         .groupBy(*KEYS, "outcome", reason)
-        .agg(F.count("*").alias("messages"))
+        .agg(_count_of(F.col("n")).alias("messages"))
     )
 
 

@@ -67,3 +67,45 @@ def test_every_level_matches_the_records(spark: SparkSession, tmp_path: Path) ->
             assert expect.within_rank(waits, q, row[f"wait_{name}_s"]), (row, q)
             assert expect.within_rank(procs, q, row[f"proc_{name}_s"]), (row, q)
     assert shared_seen
+
+
+def test_attempts_and_dead_letters_summed_from_fine_groups(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Both tables are sums of ``fine_groups``; they count what the records say, a dead
+    letter without a reason included, and retry reasons (free text) add no groups."""
+    records = journals.stats_journal(per_hour=60, hours=2)
+    t = journals.T0 + 10
+    records += [
+        journals.record("nr", 0, t, t + 1, t + 2, outcome="dead", reason=None, status=None),
+        *(journals.record(f"r{i}", 1, t, t + 1, t + 2, outcome="retry", reason=f"took {i} ms")
+          for i in range(20)),
+    ]  # fmt: skip
+    path = journals.write(tmp_path / "journal-1.jsonl", records)
+    loaded = load(spark, str(path), None, None, derive=T.with_derived)
+    try:
+        fine = T.fine_groups(loaded.valid).persist()
+        reasons = {r["reason"] for r in fine.select("reason").distinct().collect()}
+        attempts = T.attempts_distribution(loaded.valid, fine)
+        dead = T.dead_letters(loaded.valid, fine)
+        got_attempts = {(r["priority"], r["attempt"]): r["deliveries"] for r in
+                        attempts.groupBy("priority", "attempt").sum("deliveries")
+                        .withColumnRenamed("sum(deliveries)", "deliveries").collect()}  # fmt: skip
+        got_dead = {(r["priority"], r["outcome"], r["reason"]): r["messages"] for r in
+                    dead.groupBy("priority", "outcome", "reason").sum("messages")
+                    .withColumnRenamed("sum(messages)", "messages").collect()}  # fmt: skip
+        nullable = {f.name: f.nullable for f in [*attempts.schema, *dead.schema]}
+        fine.unpersist()
+    finally:
+        loaded.release()
+    want_attempts: dict[tuple[int, int], int] = defaultdict(int)
+    want_dead: dict[tuple[int, str, str], int] = defaultdict(int)
+    for r in records:
+        want_attempts[(r.priority, r.attempt)] += 1
+        if r.outcome in ("dead", "drop"):
+            want_dead[(r.priority, r.outcome, r.reason or "(no reason given)")] += 1
+    assert got_attempts == want_attempts
+    assert got_dead == want_dead
+    assert (0, "dead", "(no reason given)") in got_dead
+    assert reasons == {None, "fatal status 422", "app returned 404", "(no reason given)"}
+    assert [name for name in ("deliveries", "messages", "reason") if nullable[name]] == []

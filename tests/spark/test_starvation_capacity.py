@@ -11,7 +11,7 @@ import pytest
 
 from priority_pubsub.analytics import capacity as cap
 from priority_pubsub.analytics.starvation import collect_rows, starvation
-from priority_pubsub.analytics.tables import with_derived
+from priority_pubsub.analytics.tables import fine_groups, with_derived
 from priority_pubsub.journal import JournalRecord
 from tests.spark import expect, journals
 
@@ -45,6 +45,16 @@ def test_longest_starvation_window_per_lower_priority(spark: SparkSession, tmp_p
     assert (p2.window_start_ms, p2.window_end_ms, p2.duration_s) == (t0, t0 + 100_000, 100.0)
     assert p2.higher_priority_deliveries == 17  # 12 of priority 0 and 5 of priority 1
     assert p2.windows == 1
+
+
+def test_starvation_with_a_partial_priority_list(spark: SparkSession, tmp_path: Path) -> None:
+    """Records of a priority missing from the list passed still serve the targets above it
+    (their events come from the per-target conditions, not from a branch of their own)."""
+    derived = frame(spark, tmp_path, journals.starvation_journal())
+    every = {r.priority: r for r in collect_rows(starvation(spark, derived, [0, 1, 2]))}
+    partial = collect_rows(starvation(spark, derived, [1, 2]))
+    assert partial == [every[2]]
+    assert every[2].higher_priority_deliveries == 17  # priority 0's receives counted
 
 
 def test_single_priority_has_no_starvation_rows(spark: SparkSession, tmp_path: Path) -> None:
@@ -83,6 +93,8 @@ def test_capacity_from_a_constructed_journal(spark: SparkSession, tmp_path: Path
     derived = frame(spark, tmp_path, journals.capacity_journal())
     peaks = cap.max_in_flight(derived)
     rows = {r.priority: r for r in cap.capacity(derived, 5.0, peaks)}
+    from_fine = cap.capacity(derived, 5.0, peaks, fine_groups(derived))
+    assert from_fine == sorted(rows.values(), key=lambda r: r.priority)  # the same floats
     span_s = (359 * 10_000) / 1000  # first-delivery enqueues from T0 to T0 + 3590 s
     p0, p1 = rows[0], rows[1]
     assert p0.deliveries == 360
@@ -108,9 +120,9 @@ def test_capacity_from_a_constructed_journal(spark: SparkSession, tmp_path: Path
 
 
 def test_max_in_flight_matches_a_plain_sweep(spark: SparkSession, tmp_path: Path) -> None:
-    """The two-level (per-minute) sweep gives the peak a single sweep over every event gives,
-    with intervals crossing minute boundaries, ends and starts sharing a millisecond, and
-    minutes with no event at all."""
+    """The two-level (per-minute) sweep of every scope at once gives each scope the peak a
+    single sweep over its own events gives, with intervals crossing minute boundaries, ends
+    and starts sharing a millisecond, and minutes with no event at all."""
     rng = random.Random(20)
     records, intervals = [], []
     for i in range(400):
@@ -121,10 +133,12 @@ def test_max_in_flight_matches_a_plain_sweep(spark: SparkSession, tmp_path: Path
         priority = rng.randint(0, 2)
         records.append(journals.record(f"m{i}", priority, start - 5, start, end))
         intervals.append((priority, start, end))
-    peaks = cap.max_in_flight(frame(spark, tmp_path, records))
+    derived = frame(spark, tmp_path, records)
+    peaks = cap.max_in_flight(derived)
     for scope in (0, 1, 2, None):
         chosen = [(s, e) for p, s, e in intervals if scope is None or p == scope]
         assert peaks[scope] == plain_sweep(chosen), scope
+    assert cap.max_in_flight(derived, [2, 0, 1]) == peaks  # priorities given, in any order
 
 
 def plain_sweep(intervals: list[tuple[int, int]]) -> int:
