@@ -15,7 +15,10 @@ FCFS, so its figure is a lower bound. The pool needs the lowest priority's figur
 
 Observed concurrency is the maximum number of attempts in flight at once (intervals
 ``[forwarded, settled)``, ends before starts at the same millisecond), per priority and
-overall, and the mean in flight (total busy time / span, Little's law).
+overall, and the mean in flight (total busy time / span, Little's law). A worker takes its
+next message once the app has answered, while the settle still runs, so where settles take
+longer than a receive (SQS groups deletes for a few milliseconds) the peak can pass the
+configured concurrency by the settles under way; the app itself never had more.
 """
 
 from __future__ import annotations
