@@ -176,7 +176,8 @@ class Receiver:
     def _task_done(self, task: asyncio.Task[None], slot: AppSlot) -> None:
         self._tasks.discard(task)
         slot.free()
-        self._slot_freed.set()  # a settle ended: room under ``_most_held`` again
+        if len(self._tasks) == self._most_held - 1:  # a settle ended: room under the bound
+            self._slot_freed.set()
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("worker crashed", error=repr(error))
 
