@@ -69,11 +69,11 @@ class Receiver:
         self._observer = observer
         self._tasks: set[asyncio.Task[None]] = set()
         self._at_app = 0
+        """Messages the app has or is about to get (slots not yet freed): what
+        ``capacity`` counts."""
         self._most_held = 2 * concurrency
         """Messages held at once, settles under way included: a broker slow to settle
         must not let leases pile up while the app keeps answering."""
-        """Messages the app has or is about to get (slots not yet freed): what
-        ``capacity`` counts."""
         self._slot_freed = asyncio.Event()
         self._open = asyncio.Event()
         self._open.set()
