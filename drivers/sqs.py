@@ -196,6 +196,13 @@ class _Poll:
         """Loop time the poll was sent."""
         return self.ends_at - self.wait_s
 
+    @property
+    def proves_empty(self) -> bool:
+        """Whether an empty answer (or no answer yet) means no visible message: a long poll
+        on a standard queue. On a FIFO queue one also answers empty while its message groups
+        are held by messages in flight."""
+        return self.wait_s >= 1 and not self.url.endswith(".fifo")
+
 
 class SqsDriver:
     """SQS queues, one per priority; see the module docstring for leases, DLQ and polling."""
@@ -451,19 +458,17 @@ class SqsDriver:
         """Remember a long poll's empty answer; any message or error forgets it."""
         if raw or error is not None:
             self._quiet_since.pop(poll.queue, None)
-        elif poll.wait_s >= 1 and not poll.url.endswith(".fifo"):
+        elif poll.proves_empty:
             self._quiet_since[poll.queue] = asyncio.get_running_loop().time()
 
     def _known_empty(self, queue: str) -> bool:
         """The sidecar's own long polls already say the queue has no visible message: one
         has been waiting on it unanswered for a second or more (a long poll answers as soon
         as a message is visible), or the latest one came back empty and another is waiting
-        now (or that answer is younger than one poll). A FIFO queue is never assumed empty:
-        a long poll there also answers empty while its message groups are held by messages
-        in flight."""
+        now (or that answer is younger than one poll); only polls that ``proves_empty``
+        count (never on a FIFO queue)."""
         now = asyncio.get_running_loop().time()
-        waiting = [poll for poll in self._polls
-                   if poll.queue == queue and poll.wait_s >= 1 and not poll.url.endswith(".fifo")]
+        waiting = [poll for poll in self._polls if poll.queue == queue and poll.proves_empty]
         if any(now - poll.started_at >= _UNANSWERED_POLL_S for poll in waiting):
             return True
         since = self._quiet_since.get(queue)
