@@ -27,7 +27,13 @@ from priority_pubsub.analytics.frames import small_frame
 from priority_pubsub.analytics.load import LineCounts, load
 from priority_pubsub.analytics.page import PageData, render
 from priority_pubsub.analytics.starvation import StarvationRow, collect_rows, starvation
-from priority_pubsub.analytics.tuning import Steps, tune
+from priority_pubsub.analytics.tuning import (
+    ONE_RECORD_PER_GROUP,
+    OWN_SESSION,
+    Steps,
+    session_conf,
+    tune,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -110,9 +116,11 @@ def _active_session() -> SparkSession | None:
 def _start_session(master: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.master(master).appName("priority-pubsub-report")
+    for key, value in OWN_SESSION.items():
+        builder = builder.config(key, value)
     return (
-        SparkSession.builder.master(master)
-        .appName("priority-pubsub-report")
+        builder
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
@@ -190,7 +198,8 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
         paths["dead_letters"] = _write(T.dead_letters(derived, fine), out, "dead_letters")
         page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
     with steps.step("lifecycle"):
-        paths["lifecycle"] = _write(T.lifecycle(derived), out, "lifecycle")
+        with session_conf(spark, ONE_RECORD_PER_GROUP):  # one group per message
+            paths["lifecycle"] = _write(T.lifecycle(derived), out, "lifecycle")
         life = spark.read.parquet(paths["lifecycle"])
         page.in_system = _rows(T.time_in_system(life))
         page.attempts = _rows(T.lifecycle_summary(life))
