@@ -1,17 +1,23 @@
 """Benchmark of the delivery report: records per second for generated journals (not a test).
 
-    python -m bench.bench_report [--sizes 1000000,10000000] [--master local[*]] [--keep DIR]
-                                 [--event-log DIR]
+    python -m bench.bench_report [--sizes 1000000,10000000] [--rounds 3] [--master local[*]]
+                                 [--keep DIR] [--event-log DIR]
 
 For each size, Spark itself writes a journal of that many records (one JSON line each, three
 priorities over 24 hours, realistic outcome mix and ~10 % second attempts), then the whole
-report runs on it and is timed (Spark start-up excluded: one session for all sizes), and the
-reference row times DuckDB computing the report's core aggregates on the same files
-(``bench.duckdb_reference``, skipped if duckdb is not installed); ``ratio`` is Spark's time
-over DuckDB's. ``steps_s`` gives each report step's wall time; ``--event-log`` also keeps
-Spark's event log (every job is described ``report: <step>``, so its stages can be read per
-step in the Spark history server). Prints one JSON document on stdout and a short table on
-stderr (``bench.common.emit``).
+report runs on it ``--rounds`` times in the same session and is timed (Spark start-up
+excluded: one session for all sizes), and the reference row times DuckDB computing the
+report's core aggregates on the same files (``bench.duckdb_reference``, median of as many
+rounds; skipped if duckdb is not installed); ``ratio`` is Spark's time over DuckDB's.
+
+``report_s`` is the first run: what one ``priority-pubsub report`` costs, on a JVM that has
+compiled none of Spark's code yet (for the first size only: later sizes find it warm).
+``warm_report_s`` is the median of the later runs, on the same JVM after the first: the
+difference is the JVM's just-in-time compilation, not the report's work. ``steps_s`` gives
+each report step's wall time; ``--event-log`` also keeps Spark's event log (every job is
+described ``report: <step>``, so its stages can be read per step in the Spark history
+server). Prints one JSON document on stdout and a short table on stderr
+(``bench.common.emit``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.common import emit, log
 from priority_pubsub.analytics.report import run_report
+from priority_pubsub.analytics.tuning import OWN_SESSION
 from priority_pubsub.journal import JOURNAL_FIELDS, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -88,45 +95,60 @@ def generate(spark: SparkSession, n: int, directory: Path) -> float:
     return time.monotonic() - started
 
 
-def bench(spark: SparkSession, n: int, work: Path) -> dict[str, Any]:
+def bench(spark: SparkSession, n: int, work: Path, rounds: int = 1) -> dict[str, Any]:
     journal = work / f"journal-{n}"
     generate_s = generate(spark, n, journal)
     size = sum(p.stat().st_size for p in journal.glob("part-*"))
     files = str(journal / "part-*")
-    summary = run_report(files, str(work / f"report-{n}"), spark=spark)
-    assert summary.lines.valid == n, summary.lines
-    reference = _reference(files, spark.sparkContext.defaultParallelism)
+    runs = [run_report(files, str(work / f"report-{n}"), spark=spark) for _ in range(rounds)]
+    for summary in runs:
+        assert summary.lines.valid == n, summary.lines
+    first, later = runs[0], sorted(runs[1:], key=lambda s: s.elapsed_s)
+    warm = later[(len(later) - 1) // 2] if later else None
+    reference = _reference(files, spark.sparkContext.defaultParallelism, rounds)
     duck_s = reference["total_s"] if reference else None
     return {
         "records": n,
         "input_mb": round(size / 1e6, 1),
         "generate_s": round(generate_s, 1),
-        "report_s": summary.elapsed_s,
-        "records_per_s": round(n / summary.elapsed_s),
-        "messages": summary.messages,
-        "workers_needed": summary.workers_needed,
-        "shuffle_partitions": summary.shuffle_partitions,
-        "steps_s": summary.steps_s,
+        "report_s": first.elapsed_s,
+        "records_per_s": round(n / first.elapsed_s),
+        "warm_report_s": warm.elapsed_s if warm else None,
+        "warm_rounds_s": [s.elapsed_s for s in runs[1:]],
+        "messages": first.messages,
+        "workers_needed": first.workers_needed,
+        "shuffle_partitions": first.shuffle_partitions,
+        "steps_s": first.steps_s,
+        "warm_steps_s": warm.steps_s if warm else None,
         "reference": reference,
-        "ratio_to_reference": round(summary.elapsed_s / duck_s, 1) if duck_s else None,
+        "ratio_to_reference": round(first.elapsed_s / duck_s, 1) if duck_s else None,
+        "warm_ratio_to_reference": round(warm.elapsed_s / duck_s, 1) if warm and duck_s else None,
     }
 
 
-def _reference(files: str, threads: int) -> dict[str, Any] | None:
-    """DuckDB on the same files with as many threads as Spark has cores (None: no duckdb)."""
+def _reference(files: str, threads: int, rounds: int = 1) -> dict[str, Any] | None:
+    """DuckDB on the same files with as many threads as Spark has cores, the run of median
+    total time of ``rounds`` (None: no duckdb)."""
     if importlib.util.find_spec("duckdb") is None:
         log("duckdb is not installed: no reference row (pip install -e '.[dev]')")
         return None
     from bench.duckdb_reference import duckdb_reference
 
-    result = duckdb_reference(files, threads=threads)
+    results = sorted(
+        (duckdb_reference(files, threads=threads) for _ in range(max(1, rounds))),
+        key=lambda r: r["total_s"],
+    )
+    result = results[(len(results) - 1) // 2]
     assert result["records"] > 0, result
-    return result
+    return {**result, "rounds_total_s": [r["total_s"] for r in results]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000000,10000000")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="report runs per size: the first, then warm ones"
+    )
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--keep", type=Path, help="write journals and reports here")
@@ -142,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
     )
+    for key, value in OWN_SESSION.items():  # the JVM the report would start for itself
+        builder = builder.config(key, value)
     if args.event_log:
         args.event_log.mkdir(parents=True, exist_ok=True)
         builder = builder.config("spark.eventLog.enabled", "true").config(
@@ -153,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         work = args.keep or Path(tmp)
         for n in (int(s) for s in args.sizes.split(",")):
-            results.append(bench(spark, n, work))
+            results.append(bench(spark, n, work, args.rounds))
             log(f"{n:,} records: {results[-1]['records_per_s']:,} records/s")
     spark.stop()
     rows = [
@@ -162,13 +186,15 @@ def main(argv: list[str] | None = None) -> int:
             r["input_mb"],
             r["generate_s"],
             r["report_s"],
+            r["warm_report_s"],
             r["records_per_s"],
             r["reference"]["total_s"] if r["reference"] else None,
             r["ratio_to_reference"],
         ]
         for r in results
     ]
-    headers = ["records", "input MB", "generate s", "report s", "records/s", "duckdb s", "ratio"]
+    headers = ["records", "input MB", "generate s", "report s", "warm s", "records/s",
+               "duckdb s", "ratio"]
     load = os.getloadavg()
     emit(
         "bench_report",
