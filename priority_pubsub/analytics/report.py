@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,7 +63,8 @@ class ReportSummary:
     elapsed_s: float = 0.0
     shuffle_partitions: int | None = None
     steps_s: dict[str, float] = field(default_factory=dict)
-    """Wall seconds of each step (the Spark jobs of step X are described ``report: X``)."""
+    """Wall seconds of each step (the Spark jobs of step X are described ``report: X``);
+    starvation and capacity run side by side, so their times overlap."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -205,17 +206,54 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
         page.attempts = _rows(T.lifecycle_summary(life))
 
     priorities = [int(r["priority"]) for r in page.summary]
-    with steps.step("starvation"):
-        paths["starvation"] = _write(starvation(spark, derived, priorities), out, "starvation")
-        page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
-    with steps.step("capacity"):
-        peaks = max_in_flight(derived, priorities)
-        page.capacity = capacity(derived, page.target_wait_s, peaks, fine)
-        page.observed_peak = observed_peak(peaks)
-        rows = [asdict(c) for c in page.capacity]
-        paths["capacity"] = _write_rows(spark, rows, out, "capacity")
+
+    def starvation_step() -> None:
+        with steps.step("starvation"):
+            path = _write(starvation(spark, derived, priorities), out, "starvation")
+            page.starvation = collect_rows(spark.read.parquet(path))
+            paths["starvation"] = path
+
+    def capacity_step() -> None:
+        with steps.step("capacity"):
+            peaks = max_in_flight(derived, priorities)
+            page.capacity = capacity(derived, page.target_wait_s, peaks, fine)
+            page.observed_peak = observed_peak(peaks)
+            rows = [asdict(c) for c in page.capacity]
+            paths["capacity"] = _write_rows(spark, rows, out, "capacity")
+
+    _side_by_side(spark, starvation_step, capacity_step)
     fine.unpersist()
     page.tables = paths
+
+
+def _side_by_side(spark: SparkSession, *steps: Callable[[], None]) -> None:
+    """Run independent steps at once, one driver thread each; raise the first failure.
+
+    Why. Each large stage already keeps every core busy, but between stages the driver
+    works alone: it plans, compiles generated code and runs one-task stages, while the
+    executors wait. Two steps in two threads fill those gaps with each other's tasks (1 M
+    records, 2 cores: starvation and capacity took 6.7 s one after the other on a fresh
+    JVM, 5.7-6.3 s side by side; the report 22.3 -> 19.9-20.9 s). Only for steps that set
+    nothing on the session (``session_conf`` is session-wide: a setting made for one step
+    would reach the jobs the other plans meanwhile). ``inheritable_thread_target`` gives
+    each thread its own JVM thread and job properties (PySpark's pinned thread mode), so
+    each step's jobs keep their ``report: <step>`` description."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyspark
+
+    def pinned(step: Callable[[], None]) -> Callable[[], None]:
+        # PySpark >= 4 takes the session (its tags are inherited too), 3.5 the function. A
+        # wrapper per step: one wrapper shares one copy of the properties between threads,
+        # so a job description set in one step would show on the other's jobs.
+        if int(pyspark.__version__.split(".")[0]) >= 4:
+            return pyspark.inheritable_thread_target(spark)(step)
+        return pyspark.inheritable_thread_target(step)
+
+    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="report-step") as pool:
+        futures = [pool.submit(pinned(step)) for step in steps]
+        for future in futures:
+            future.result()
 
 
 def _write(frame: DataFrame, out: Path, name: str) -> str:

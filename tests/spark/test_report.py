@@ -181,3 +181,33 @@ def test_a_journal_of_only_bad_lines_still_gives_a_page(
     html = Path(summary.html_path).read_text()
     assert "no data in range" in html
     assert "7 could not be used" in html
+
+
+def test_steps_side_by_side_each_run_with_its_own_job_description(spark: SparkSession) -> None:
+    from priority_pubsub.analytics.report import _side_by_side
+
+    seen: dict[str, str | None] = {}
+
+    def step(name: str) -> None:
+        context = spark.sparkContext
+        context.setJobDescription(f"report: {name}")
+        spark.range(100).count()
+        seen[name] = context.getLocalProperty("spark.job.description")
+
+    _side_by_side(spark, lambda: step("a"), lambda: step("b"))
+    assert seen == {"a": "report: a", "b": "report: b"}
+
+
+def test_a_failed_step_side_by_side_fails_the_report_after_the_other_finished(
+    spark: SparkSession,
+) -> None:
+    from priority_pubsub.analytics.report import _side_by_side
+
+    counted: list[int] = []
+
+    def fails() -> None:
+        raise RuntimeError("starvation failed")
+
+    with pytest.raises(RuntimeError, match="starvation failed"):
+        _side_by_side(spark, fails, lambda: counted.append(spark.range(10).count()))
+    assert counted == [10]
