@@ -11,7 +11,8 @@ report's core aggregates on the same files (``bench.duckdb_reference``, median o
 rounds; skipped if duckdb is not installed); ``ratio`` is Spark's time over DuckDB's.
 
 ``report_s`` is the first run: what one ``priority-pubsub report`` costs, on a JVM that has
-compiled none of Spark's code yet (for the first size only: later sizes find it warm).
+compiled none of Spark's code yet (``fresh_jvm``: the first size only; later sizes find it
+warmed by the smaller ones).
 ``warm_report_s`` is the median of the later runs, on the same JVM after the first: the
 difference is the JVM's just-in-time compilation, not the report's work. ``steps_s`` gives
 each report step's wall time; ``--event-log`` also keeps Spark's event log (every job is
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         work = args.keep or Path(tmp)
         for n in (int(s) for s in args.sizes.split(",")):
-            results.append(bench(spark, n, work, args.rounds))
+            results.append({**bench(spark, n, work, args.rounds), "fresh_jvm": not results})
             log(f"{n:,} records: {results[-1]['records_per_s']:,} records/s")
     spark.stop()
     rows = [
