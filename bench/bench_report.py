@@ -165,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
     )
-    for key, value in OWN_SESSION.items():  # the JVM the report would start for itself
-        builder = builder.config(key, value)
+    builder = builder.config(map=OWN_SESSION)  # the JVM the report would start for itself
     if args.event_log:
         args.event_log.mkdir(parents=True, exist_ok=True)
         builder = builder.config("spark.eventLog.enabled", "true").config(

@@ -117,11 +117,10 @@ def _active_session() -> SparkSession | None:
 def _start_session(master: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName("priority-pubsub-report")
-    for key, value in OWN_SESSION.items():
-        builder = builder.config(key, value)
     return (
-        builder
+        SparkSession.builder.master(master)
+        .appName("priority-pubsub-report")
+        .config(map=dict(OWN_SESSION))  # a copy typed as pyspark asks
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()

@@ -68,8 +68,12 @@ class _Builder:
     def appName(self, _: str) -> _Builder:
         return self
 
-    def config(self, key: str, value: str) -> _Builder:
-        self.settings[key] = value
+    def config(
+        self, key: str | None = None, value: str | None = None, *, map: dict[str, str] | None = None
+    ) -> _Builder:
+        if key is not None and value is not None:
+            self.settings[key] = value
+        self.settings.update(map or {})
         return self
 
     def getOrCreate(self) -> str:
