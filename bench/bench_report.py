@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.common import emit, log
+from bench.common import emit, log, median_run
 from priority_pubsub.analytics.report import run_report
 from priority_pubsub.analytics.tuning import OWN_SESSION
 from priority_pubsub.journal import JOURNAL_FIELDS, SCHEMA_VERSION
@@ -104,8 +104,7 @@ def bench(spark: SparkSession, n: int, work: Path, rounds: int = 1) -> dict[str,
     runs = [run_report(files, str(work / f"report-{n}"), spark=spark) for _ in range(rounds)]
     for summary in runs:
         assert summary.lines.valid == n, summary.lines
-    first, later = runs[0], sorted(runs[1:], key=lambda s: s.elapsed_s)
-    warm = later[(len(later) - 1) // 2] if later else None
+    first, warm = runs[0], median_run(runs[1:], key=lambda s: s.elapsed_s)
     reference = _reference(files, spark.sparkContext.defaultParallelism, rounds)
     duck_s = reference["total_s"] if reference else None
     return {
@@ -135,13 +134,11 @@ def _reference(files: str, threads: int, rounds: int = 1) -> dict[str, Any] | No
         return None
     from bench.duckdb_reference import duckdb_reference
 
-    results = sorted(
-        (duckdb_reference(files, threads=threads) for _ in range(max(1, rounds))),
-        key=lambda r: r["total_s"],
-    )
-    result = results[(len(results) - 1) // 2]
+    results = [duckdb_reference(files, threads=threads) for _ in range(max(1, rounds))]
+    result = median_run(results, key=lambda r: float(r["total_s"]))
+    assert result is not None  # at least one round
     assert result["records"] > 0, result
-    return {**result, "rounds_total_s": [r["total_s"] for r in results]}
+    return {**result, "rounds_total_s": sorted(r["total_s"] for r in results)}
 
 
 def main(argv: list[str] | None = None) -> int:

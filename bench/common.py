@@ -19,12 +19,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from priority_pubsub.config import Settings, validate_config
 
+Run = TypeVar("Run")
 BODY_PAD = "x" * 160
 """Bodies of ~200 bytes: a task reference and a little payload, as a frontend publishes."""
 
@@ -220,6 +221,13 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def median_run(runs: Sequence[Run], key: Callable[[Run], float]) -> Run | None:
+    """The run whose ``key`` is the median (the lower middle one of an even count), so its
+    other figures are shown beside that median; None without runs."""
+    ordered = sorted(runs, key=key)
+    return ordered[(len(ordered) - 1) // 2] if ordered else None
 
 
 def median_of(values: Sequence[float | None]) -> float | None:
