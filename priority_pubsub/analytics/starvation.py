@@ -81,7 +81,8 @@ def _events(derived: DataFrame, lower: list[int], priorities: list[int]) -> Data
     chosen: Column | None = None
     for p in sorted(set(priorities)):
         for condition, is_first in (((priority == p) & first, True), (priority == p, False)):
-            arr = F.array(*events_of(p, is_first)) if events_of(p, is_first) else empty
+            own = events_of(p, is_first)
+            arr = F.array(*own) if own else empty
             chosen = F.when(condition, arr) if chosen is None else chosen.when(condition, arr)
     # a priority not in ``priorities``: its events from every target's conditions
     generic = [
