@@ -5,7 +5,9 @@ When every queue is empty it waits on all queues at once with the broker's own l
 wake-up, so an idle sidecar costs almost nothing, and a message arriving on a higher queue
 never waits behind a long poll on a lower one. After waking it re-checks the higher queues,
 and returns any surplus at once: the lowest priorities (strict) or what the weighted draw
-left (weighted).
+left (weighted). A take that is abandoned (the receiver pauses or stops) or fails part-way
+hands back at once what it had already received: otherwise those messages stayed leased by
+nobody until their lease ran out, an attempt spent without the app seeing them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from priority_pubsub.settler import Settler
 log = get_logger(__name__)
 IDLE_WAIT_S = 20.0
 SURPLUS_REASON = "surplus: returned unseen"
+ABANDONED_REASON = "take abandoned: returned unseen"
 
 
 class Dispatcher:
@@ -46,6 +49,8 @@ class Dispatcher:
         self._weights = [q.weight for q in settings.queues]
         self._idle_wait_s = idle_wait_s
         self._quiet = False
+        self._in_hand: list[Message] = []
+        """What the take under way has received and not yet returned or handed back."""
         self.healthy = True
 
     async def take(self, free: int) -> list[Message]:
@@ -54,7 +59,20 @@ class Dispatcher:
         After a waiting round in which every queue stayed empty, the next round waits again
         at once: the waits covered every queue, so a sweep would only repeat their answer
         (on SQS that halves the idle cost to one ReceiveMessage per queue per long poll).
+        Cancelled or failed part-way, it hands back what it had received, then raises.
         """
+        self._in_hand = []
+        try:
+            taken = await self._take(free)
+        except BaseException:
+            in_hand, self._in_hand = self._in_hand, []
+            if in_hand:  # shielded: a second cancel must not strand the rest
+                await asyncio.shield(self._hand_back(in_hand, ABANDONED_REASON))
+            raise
+        self._in_hand = []
+        return taken
+
+    async def _take(self, free: int) -> list[Message]:
         if not self._quiet:
             messages = await self._sweep(free, frozenset())
             if messages:
@@ -121,8 +139,9 @@ class Dispatcher:
 
     async def _keep_best(self, messages: list[Message], free: int) -> list[Message]:
         keep, surplus = self._choose(messages, free)
-        for message in surplus:  # a settle like any other: journaled and counted
-            await asyncio.shield(self._settler.release(message, SURPLUS_REASON))
+        self._in_hand = keep  # the surplus is the releases' below, not an abandoned take's
+        if surplus:  # settles like any other (journaled, counted), all of them even if cancelled
+            await asyncio.shield(self._hand_back(surplus, SURPLUS_REASON))
         return keep
 
     def _choose(self, messages: list[Message], free: int) -> tuple[list[Message], list[Message]]:
@@ -149,6 +168,11 @@ class Dispatcher:
             log.warning("receive failed", queue=name, error=str(exc), retriable=exc.retriable)
             raise
         self.healthy = True
+        self._in_hand += batch
         self._observer.receive_call(name, index, empty=not batch)
         return batch
+
+    async def _hand_back(self, messages: list[Message], reason: str) -> None:
+        await asyncio.gather(*(self._settler.release(m, reason) for m in messages),
+                             return_exceptions=True)
 

@@ -7,8 +7,11 @@ import asyncio
 from collections import deque
 from pathlib import Path
 
+import pytest
+
 from priority_pubsub.config import Settings, validate_config
 from priority_pubsub.dispatcher import Dispatcher
+from priority_pubsub.errors import DriverUnavailable
 from priority_pubsub.journal import JournalWriter, read_journal_lines
 from priority_pubsub.message import Lease, Message
 from priority_pubsub.metrics import Metrics
@@ -110,3 +113,93 @@ async def test_waking_on_a_low_message_rechecks_higher_queues_and_returns_surplu
     metrics = dispatcher._observer.metrics.render().decode()
     assert ('priority_pubsub_messages_settled_total{outcome="release",priority="2",queue="low"}'
             ' 1.0') in metrics
+
+
+class StuckQueueDriver(FakeDriver):
+    """Every receive on ``stuck`` hangs, as a broker call still under way when the take is
+    abandoned (the app went down: the receiver pauses)."""
+
+    def __init__(self, names: tuple[str, ...], stuck: str) -> None:
+        super().__init__(names)
+        self.stuck = stuck
+        self.entered = asyncio.Event()
+
+    async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
+        if queue == self.stuck:
+            self.entered.set()
+            await asyncio.Event().wait()
+        return await super().receive(queue, max_messages, wait_s)
+
+
+async def abandon(dispatcher: Dispatcher, driver: StuckQueueDriver, free: int) -> None:
+    take = asyncio.create_task(dispatcher.take(free))
+    await driver.entered.wait()
+    take.cancel()
+    try:
+        await take
+    except asyncio.CancelledError:
+        return
+    raise AssertionError("the abandoned take returned instead of ending cancelled")
+
+
+async def test_a_take_abandoned_mid_sweep_hands_back_what_it_already_received() -> None:
+    # before: h1 stayed leased by nobody until its lease ran out, an attempt spent unseen
+    driver = StuckQueueDriver(("high", "normal", "low"), stuck="normal")
+    driver.queues["high"].append("h1")
+    await abandon(make(driver), driver, free=2)
+    assert driver.returned == ["h1"]
+    assert list(driver.queues["high"]) == ["h1"]
+
+
+async def test_a_take_abandoned_while_rechecking_after_a_wake_hands_back_the_woken() -> None:
+    driver = StuckQueueDriver(("high", "normal", "low"), stuck="none yet")
+    dispatcher = make(driver, wait_s=0.05)
+    assert await dispatcher.take(1) == []  # quiet: the next take goes straight to waiting
+    driver.stuck = "high"  # its wait and its re-check both hang; low's wait wakes on l1
+    driver.queues["low"].append("l1")
+    await abandon(dispatcher, driver, free=1)
+    assert driver.returned == ["l1"]
+    assert list(driver.queues["low"]) == ["l1"]
+
+
+async def test_a_take_that_fails_part_way_hands_back_what_it_already_received() -> None:
+    class FailingNormal(FakeDriver):
+        async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
+            if queue == "normal":
+                raise DriverUnavailable("normal: connection reset")
+            return await super().receive(queue, max_messages, wait_s)
+
+    driver = FailingNormal(("high", "normal", "low"))
+    driver.queues["high"].append("h1")
+    with pytest.raises(DriverUnavailable):
+        await make(driver).take(2)
+    assert driver.returned == ["h1"]
+
+
+async def test_a_take_abandoned_while_returning_surplus_still_returns_every_message() -> None:
+    class SlowRelease(FakeDriver):
+        def __init__(self, names: tuple[str, ...]) -> None:
+            super().__init__(names)
+            self.releasing = asyncio.Event()
+            self.go_on = asyncio.Event()
+
+        async def release(self, message: Message, delay_s: float = 0.0) -> None:
+            self.releasing.set()
+            await self.go_on.wait()
+            await super().release(message, delay_s)
+
+    driver = SlowRelease(("high", "normal", "low"))
+    dispatcher = make(driver, wait_s=0.05)
+    assert await dispatcher.take(1) == []  # quiet: the next take wakes on all three at once
+    for queue, body in (("high", "h1"), ("normal", "n1"), ("low", "l1")):
+        driver.queues[queue].append(body)
+    take = asyncio.create_task(dispatcher.take(1))
+    await driver.releasing.wait()  # n1 and l1 are surplus: their releases are under way
+    take.cancel()
+    driver.go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await take
+    await asyncio.sleep(0.01)
+    # the surplus all returned (before: the release after the cancel never happened) and
+    # h1, kept for the abandoned take, handed back as well
+    assert sorted(driver.returned) == ["h1", "l1", "n1"]
