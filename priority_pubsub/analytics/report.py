@@ -177,15 +177,27 @@ def _run(
 def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, steps: Steps) -> None:
     """Write every table, then read back (small) what the page shows. Each step is one or
     two Spark jobs over the cached frame; nothing collected grows with the record count."""
+    fine = T.fine_groups(derived).persist()
+    try:
+        _fill_from(spark, derived, fine, out, page, steps)
+    finally:  # a session passed in may live on (a notebook, a job running many reports)
+        fine.unpersist()
+
+
+def _fill_from(spark: SparkSession, derived: DataFrame, fine: DataFrame, out: Path,
+               page: PageData, steps: Steps) -> None:
+    """``_fill`` with the fine groups cached; the rollup is cached only for the two steps
+    that read it, and released even when they fail."""
     from pyspark.sql import functions as F
 
-    with steps.step("rollup"):
-        fine = T.fine_groups(derived).persist()
-        rolled = T.rollup(derived, fine).persist()
-        coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
-    with steps.step("hourly"):
-        paths = {"hourly": _write(T.hourly(rolled), out, "hourly")}
-    rolled.unpersist()
+    rolled = T.rollup(derived, fine).persist()
+    try:
+        with steps.step("rollup"):
+            coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
+        with steps.step("hourly"):
+            paths = {"hourly": _write(T.hourly(rolled), out, "hourly")}
+    finally:
+        rolled.unpersist()
     page.summary = sorted(
         (r for r in coarse if r["level"] == T.LEVEL_PRIORITY), key=lambda r: r["priority"]
     )
@@ -221,7 +233,6 @@ def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, st
             paths["capacity"] = _write_rows(spark, rows, out, "capacity")
 
     _side_by_side(spark, starvation_step, capacity_step)
-    fine.unpersist()
     page.tables = paths
 
 

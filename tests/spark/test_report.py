@@ -211,3 +211,21 @@ def test_a_failed_step_side_by_side_fails_the_report_after_the_other_finished(
     with pytest.raises(RuntimeError, match="starvation failed"):
         _side_by_side(spark, fails, lambda: counted.append(spark.range(10).count()))
     assert counted == [10]
+
+
+def test_a_report_that_fails_leaves_nothing_cached_in_the_session_it_was_given(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a long-lived session (a notebook, a cluster job running several reports) must not
+    # keep a failed report's cached frames
+    from priority_pubsub.analytics import report as report_module
+
+    def fails(*_: object) -> None:
+        raise RuntimeError("starvation failed")
+
+    journals.write(tmp_path / "journal-1.jsonl", journals.stats_journal(per_hour=20, hours=2))
+    persisted = spark.sparkContext._jsc.getPersistentRDDs().size()
+    monkeypatch.setattr(report_module, "starvation", fails)
+    with pytest.raises(RuntimeError, match="starvation failed"):
+        run_report(str(tmp_path / "journal-1.jsonl"), str(tmp_path / "out"), spark=spark)
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == persisted
