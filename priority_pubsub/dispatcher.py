@@ -5,9 +5,9 @@ When every queue is empty it waits on all queues at once with the broker's own l
 wake-up, so an idle sidecar costs almost nothing, and a message arriving on a higher queue
 never waits behind a long poll on a lower one. After waking it re-checks the higher queues,
 and returns any surplus at once: the lowest priorities (strict) or what the weighted draw
-left (weighted). A take that is abandoned (the receiver pauses or stops) or fails part-way
-hands back at once what it had already received: otherwise those messages stayed leased by
-nobody until their lease ran out, an attempt spent without the app seeing them.
+left (weighted). A take that is abandoned (the receiver pauses or stops) hands back at once
+what it had already received, and one that fails part-way returns it: otherwise those
+messages stayed leased by nobody until their lease ran out, an attempt spent unseen.
 """
 
 from __future__ import annotations
@@ -59,11 +59,18 @@ class Dispatcher:
         After a waiting round in which every queue stayed empty, the next round waits again
         at once: the waits covered every queue, so a sweep would only repeat their answer
         (on SQS that halves the idle cost to one ReceiveMessage per queue per long poll).
-        Cancelled or failed part-way, it hands back what it had received, then raises.
+        A receive that fails after others succeeded does not cost their messages: the take
+        returns them (the error is logged; the next take meets it again and the receiver
+        backs off). Cancelled (a pause, a stop), it hands back what it had received.
         """
         self._in_hand = []
         try:
-            taken = await self._take(free)
+            try:
+                taken = await self._take(free)
+            except DriverError:
+                if not self._in_hand:
+                    raise
+                taken = await self._keep_best(self._in_hand, free)
         except BaseException:
             in_hand, self._in_hand = self._in_hand, []
             if in_hand:  # shielded: a second cancel must not strand the rest
