@@ -27,10 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import uvloop
-
 from bench.brokers import EMULATOR, Broker, GcpBroker, MotoSqsBroker, RabbitBroker, RedisBroker
-from bench.common import AppProcess, emit, log, make_settings, quiet_logging, temp_dir
+from bench.common import AppProcess, emit, log, make_settings, run_with_logs_aside, temp_dir
 from bench.counting import WHERE, agreement, counter_for
 from bench.loops import run_sidecar
 from priority_pubsub.drivers.base import Driver
@@ -135,9 +133,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     args.driver = args.driver or ["sqs"]
-    with temp_dir("logs") as directory:
-        quiet_logging(directory / "sidecar.log")
-        result = uvloop.run(main_async(args))
+    result = run_with_logs_aside(main_async(args))
     rows = [[name, r["shipped_calls_per_message"], r.get("unbatched_calls_per_message"),
              r["counted_at"]] for name, r in result["drivers"].items()]
     emit("calls", result, ["driver", "calls/msg", "unbatched calls/msg", "counted at"], rows)

@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -208,6 +208,16 @@ def quiet_logging(path: Path) -> None:
     handle = path.open("a", encoding="utf-8")  # kept open for the life of the process
     with contextlib.redirect_stderr(handle):
         configure_logging("info", "json")
+
+
+def run_with_logs_aside(main: Coroutine[Any, Any, Run]) -> Run:
+    """Run a benchmark's ``main`` on uvloop with the sidecar's logs going to a temporary file
+    (``quiet_logging``): what every in-process benchmark does around its event loop."""
+    import uvloop
+
+    with temp_dir("logs") as directory:
+        quiet_logging(directory / "sidecar.log")
+        return uvloop.run(main)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

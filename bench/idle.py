@@ -45,8 +45,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import uvloop
-
 from bench.brokers import Broker, LocalBroker, RabbitBroker, RedisBroker, sqs_broker
 from bench.common import (
     AppProcess,
@@ -56,9 +54,9 @@ from bench.common import (
     make_settings,
     median,
     proc_cpu_s,
-    quiet_logging,
     raw_config,
     rounded,
+    run_with_logs_aside,
     sample_body,
     temp_dir,
 )
@@ -334,9 +332,7 @@ def main() -> None:
                         help="also measure an app outage of this length (0: skip)")
     args = parser.parse_args()
     args.driver = args.driver or ["local"]
-    with temp_dir("logs") as directory:
-        quiet_logging(directory / "sidecar.log")
-        result = uvloop.run(main_async(args))
+    result = run_with_logs_aside(main_async(args))
     rows = [[name, r["receive_calls_per_min_per_queue"],
              r.get("sqlite_jobs_per_min_in_process"),
              r.get("idle_cpu_percent", r.get("process_cpu_percent_in_process")),

@@ -21,17 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import uvloop
-
 from bench.brokers import LocalBroker
 from bench.common import (
     AppProcess,
     emit,
     log,
-    quiet_logging,
     ratio,
     raw_config,
     rounded,
+    run_with_logs_aside,
     temp_dir,
 )
 from bench.loops import run_sidecar
@@ -121,9 +119,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=2000, help="lines per append measure")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with temp_dir("logs") as directory:
-        quiet_logging(directory / "sidecar.log")
-        result = uvloop.run(main_async(args))
+    result = run_with_logs_aside(main_async(args))
     rows = [[m, r["append_us_p50"], r["sidecar_msgs_s_p50"], r["sidecar_cpu_us_per_msg_p50"],
              r["msgs_s_over_off"]] for m, r in result["modes"].items()]
     emit("journal", result, ["journal", "append us/line", "sidecar msg/s", "CPU us/msg",

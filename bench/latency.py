@@ -20,8 +20,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import uvloop
-
 from bench.brokers import LocalBroker
 from bench.common import (
     AppProcess,
@@ -30,9 +28,9 @@ from bench.common import (
     make_settings,
     median,
     percentile,
-    quiet_logging,
     ratio,
     rounded,
+    run_with_logs_aside,
     sample_body,
     temp_dir,
 )
@@ -147,9 +145,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     started = time.monotonic()
-    with temp_dir("logs") as directory:
-        quiet_logging(directory / "sidecar.log")
-        result = uvloop.run(main_async(args))
+    result = run_with_logs_aside(main_async(args))
     result["elapsed_s"] = round(time.monotonic() - started, 1)
     rows = [[name, result[name]["samples"], result[name]["p50_ms"], result[name]["p99_ms"],
              result[name]["max_ms"]] for name in ("naive", "sidecar")]

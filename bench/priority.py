@@ -25,8 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import uvloop
-
 from bench.brokers import LocalBroker
 from bench.common import (
     AppProcess,
@@ -34,9 +32,9 @@ from bench.common import (
     log,
     make_settings,
     percentile,
-    quiet_logging,
     ratio,
     rounded,
+    run_with_logs_aside,
     sample_body,
     temp_dir,
 )
@@ -174,9 +172,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("strict", "weighted"), help="run one part only")
     args = parser.parse_args()
     args.backlog = sorted(args.backlog or [1000, 10000])
-    with temp_dir("logs") as directory:
-        quiet_logging(directory / "sidecar.log")
-        result = uvloop.run(main_async(args))
+    result = run_with_logs_aside(main_async(args))
     rows: list[list[object]] = [
         [f"strict, backlog {b}", s["samples"], s["p50_ms"], s["p99_ms"], ""]
         for b, s in result["strict"].items()

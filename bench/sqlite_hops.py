@@ -27,10 +27,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import uvloop
-
 from bench.brokers import LocalBroker
-from bench.common import AppProcess, emit, log, make_settings, quiet_logging, rounded, temp_dir
+from bench.common import (
+    AppProcess,
+    emit,
+    log,
+    make_settings,
+    rounded,
+    run_with_logs_aside,
+    temp_dir,
+)
 from bench.loops import naive_forwarder, run_sidecar
 from priority_pubsub.drivers.sqlite_worker import SqliteWorker
 
@@ -147,9 +153,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with temp_dir("logs") as directory:
-        quiet_logging(directory / "sidecar.log")
-        result = uvloop.run(main_async(args))
+    result = run_with_logs_aside(main_async(args))
     keys = ["rate", "claims_per_msg", "jobs_per_txn",
             *(f"{kind}_{part}_us" for kind in KINDS.values() for part in PARTS)]
     rows = [[mode, *(values[key] for key in keys)] for mode, values in result["modes"].items()]

@@ -32,8 +32,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import uvloop
-
 from bench.brokers import Broker, open_broker
 from bench.common import (
     AppProcess,
@@ -42,8 +40,8 @@ from bench.common import (
     make_settings,
     median_of,
     median_ratio,
-    quiet_logging,
     rounded,
+    run_with_logs_aside,
     sample_body,
     temp_dir,
 )
@@ -199,9 +197,7 @@ def main() -> None:
     args.driver = args.driver or ["local"]
     args.concurrency = args.concurrency or [1, 4, 16, 64]
     args.mode = args.mode or list(MODES)
-    with temp_dir("logs") as directory:
-        quiet_logging(directory / "sidecar.log")
-        drivers = uvloop.run(main_async(args))
+    drivers = run_with_logs_aside(main_async(args))
     rows = []
     for name, result in drivers.items():
         for r in result["results"]:
