@@ -31,6 +31,7 @@ from priority_pubsub.analytics.tuning import (
     ONE_RECORD_PER_GROUP,
     OWN_SESSION,
     Steps,
+    cached,
     session_conf,
     tune,
 )
@@ -176,63 +177,51 @@ def _run(
 
 def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, steps: Steps) -> None:
     """Write every table, then read back (small) what the page shows. Each step is one or
-    two Spark jobs over the cached frame; nothing collected grows with the record count."""
-    fine = T.fine_groups(derived).persist()
-    try:
-        _fill_from(spark, derived, fine, out, page, steps)
-    finally:  # a session passed in may live on (a notebook, a job running many reports)
-        fine.unpersist()
-
-
-def _fill_from(spark: SparkSession, derived: DataFrame, fine: DataFrame, out: Path,
-               page: PageData, steps: Steps) -> None:
-    """``_fill`` with the fine groups cached; the rollup is cached only for the two steps
-    that read it, and released even when they fail."""
+    two Spark jobs over the cached frames; nothing collected grows with the record count.
+    The rollup is cached only for the two steps that read it."""
     from pyspark.sql import functions as F
 
-    rolled = T.rollup(derived, fine).persist()
-    try:
-        with steps.step("rollup"):
-            coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
-        with steps.step("hourly"):
-            paths = {"hourly": _write(T.hourly(rolled), out, "hourly")}
-    finally:
-        rolled.unpersist()
-    page.summary = sorted(
-        (r for r in coarse if r["level"] == T.LEVEL_PRIORITY), key=lambda r: r["priority"]
-    )
-    page.hourly = _hourly_rows([r for r in coarse if r["level"] == T.LEVEL_PRIORITY_HOUR])
-    page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
-    page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
-    with steps.step("attempts"):
-        paths["attempts"] = _write(T.attempts_distribution(derived, fine), out, "attempts")
-    with steps.step("dead letters"):
-        paths["dead_letters"] = _write(T.dead_letters(derived, fine), out, "dead_letters")
-        page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
-    with steps.step("lifecycle"):
-        with session_conf(spark, ONE_RECORD_PER_GROUP):  # one group per message
-            paths["lifecycle"] = _write(T.lifecycle(derived), out, "lifecycle")
-        life = spark.read.parquet(paths["lifecycle"])
-        page.in_system = _rows(T.time_in_system(life))
-        page.attempts = _rows(T.lifecycle_summary(life))
+    with cached(T.fine_groups(derived)) as fine:
+        with cached(T.rollup(derived, fine)) as rolled:
+            with steps.step("rollup"):
+                coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
+            with steps.step("hourly"):
+                paths = {"hourly": _write(T.hourly(rolled), out, "hourly")}
+        page.summary = sorted(
+            (r for r in coarse if r["level"] == T.LEVEL_PRIORITY), key=lambda r: r["priority"]
+        )
+        page.hourly = _hourly_rows([r for r in coarse if r["level"] == T.LEVEL_PRIORITY_HOUR])
+        page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
+        page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
+        with steps.step("attempts"):
+            paths["attempts"] = _write(T.attempts_distribution(derived, fine), out, "attempts")
+        with steps.step("dead letters"):
+            paths["dead_letters"] = _write(T.dead_letters(derived, fine), out, "dead_letters")
+            page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
+        with steps.step("lifecycle"):
+            with session_conf(spark, ONE_RECORD_PER_GROUP):  # one group per message
+                paths["lifecycle"] = _write(T.lifecycle(derived), out, "lifecycle")
+            life = spark.read.parquet(paths["lifecycle"])
+            page.in_system = _rows(T.time_in_system(life))
+            page.attempts = _rows(T.lifecycle_summary(life))
 
-    priorities = [int(r["priority"]) for r in page.summary]
+        priorities = [int(r["priority"]) for r in page.summary]
 
-    def starvation_step() -> None:
-        with steps.step("starvation"):
-            path = _write(starvation(spark, derived, priorities), out, "starvation")
-            page.starvation = collect_rows(spark.read.parquet(path))
-            paths["starvation"] = path
+        def starvation_step() -> None:
+            with steps.step("starvation"):
+                path = _write(starvation(spark, derived, priorities), out, "starvation")
+                page.starvation = collect_rows(spark.read.parquet(path))
+                paths["starvation"] = path
 
-    def capacity_step() -> None:
-        with steps.step("capacity"):
-            peaks = max_in_flight(derived, priorities)
-            page.capacity = capacity(derived, page.target_wait_s, peaks, fine)
-            page.observed_peak = observed_peak(peaks)
-            rows = [asdict(c) for c in page.capacity]
-            paths["capacity"] = _write_rows(spark, rows, out, "capacity")
+        def capacity_step() -> None:
+            with steps.step("capacity"):
+                peaks = max_in_flight(derived, priorities)
+                page.capacity = capacity(derived, page.target_wait_s, peaks, fine)
+                page.observed_peak = observed_peak(peaks)
+                rows = [asdict(c) for c in page.capacity]
+                paths["capacity"] = _write_rows(spark, rows, out, "capacity")
 
-    _side_by_side(spark, starvation_step, capacity_step)
+        _side_by_side(spark, starvation_step, capacity_step)
     page.tables = paths
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 SHUFFLE_BYTES_PER_PARTITION = 128 * 1024 * 1024
 MAX_SHUFFLE_PARTITIONS = 2000
@@ -105,6 +105,17 @@ def session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[N
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, previous)
+
+
+@contextlib.contextmanager
+def cached(frame: DataFrame) -> Iterator[DataFrame]:
+    """``frame`` cached for the jobs inside, released after them even when one fails: a
+    session passed in may live on (a notebook, a job running many reports)."""
+    held = frame.persist()
+    try:
+        yield held
+    finally:
+        held.unpersist()
 
 
 @dataclass
