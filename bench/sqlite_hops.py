@@ -33,6 +33,7 @@ from bench.common import (
     emit,
     log,
     make_settings,
+    median_of,
     rounded,
     run_with_logs_aside,
     temp_dir,
@@ -137,9 +138,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                             f"wait {rounded(run['claim_wait_us'])} us")
         finally:
             await broker.close()
-    medians = {mode: {key: rounded(statistics.median(r[key] for r in rows
-                                                     if r[key] is not None), 2)
-                      for key in rows[0]}
+    medians = {mode: {key: rounded(median_of([r[key] for r in rows]), 2) for key in rows[0]}
                for mode, rows in runs.items()}
     return {"concurrency": args.concurrency, "messages": args.messages, "rounds": args.rounds,
             "statistic": "median of the rounds (each run: median over its jobs)",
