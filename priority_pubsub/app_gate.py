@@ -34,7 +34,7 @@ REMEMBERED_MESSAGES = 100_000
 class Pausable(Protocol):
     """What the gate drives: ``receiver.Receiver``."""
 
-    def pause(self) -> None: ...
+    def pause(self, reason: str) -> None: ...
 
     def resume(self) -> None: ...
 
@@ -102,13 +102,13 @@ class AppGate:
 
     def _apply(self) -> bool:
         """Pause or resume the receivers as the gate stands now; whether it is closed."""
-        closed = self.blocked() is not None
+        reason = self.blocked()
         for receiver in self._receivers:
-            if closed:
-                receiver.pause()
+            if reason is not None:
+                receiver.pause(reason)
             else:
                 receiver.resume()
-        return closed
+        return reason is not None
 
     # -- the questions -------------------------------------------------------------------
 

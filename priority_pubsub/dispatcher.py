@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 
 from priority_pubsub.config import Settings
 from priority_pubsub.drivers.base import Driver
@@ -28,6 +29,7 @@ log = get_logger(__name__)
 IDLE_WAIT_S = 20.0
 SURPLUS_REASON = "surplus: returned unseen"
 ABANDONED_REASON = "take abandoned: returned unseen"
+"""Why an abandoned take handed back what it held, when its caller gives no reason."""
 
 
 class Dispatcher:
@@ -53,7 +55,9 @@ class Dispatcher:
         """What the take under way has received and not yet returned or handed back."""
         self.healthy = True
 
-    async def take(self, free: int) -> list[Message]:
+    async def take(
+        self, free: int, why_abandoned: Callable[[], str] = lambda: ABANDONED_REASON
+    ) -> list[Message]:
         """Up to ``free`` messages, highest priority first; waits while all queues are empty.
 
         After a waiting round in which every queue stayed empty, the next round waits again
@@ -61,7 +65,8 @@ class Dispatcher:
         (on SQS that halves the idle cost to one ReceiveMessage per queue per long poll).
         A receive that fails after others succeeded does not cost their messages: the take
         returns them (the error is logged; the next take meets it again and the receiver
-        backs off). Cancelled (a pause, a stop), it hands back what it had received.
+        backs off). Cancelled (a pause, a stop), it hands back what it had received, the
+        reason asked of ``why_abandoned`` then (the pause's, e.g. the app gate's).
         """
         self._in_hand = []
         try:
@@ -74,7 +79,7 @@ class Dispatcher:
         except BaseException:
             in_hand, self._in_hand = self._in_hand, []
             if in_hand:  # shielded: a second cancel must not strand the rest
-                await asyncio.shield(self._hand_back(in_hand, ABANDONED_REASON))
+                await asyncio.shield(self._hand_back(in_hand, why_abandoned()))
             raise
         self._in_hand = []
         return taken

@@ -32,6 +32,8 @@ from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.worker import Worker
 
 log = get_logger("priority_pubsub.sidecar")
+PAUSED_REASON = "receiver paused: returned unseen"
+STOPPING_REASON = "sidecar shutting down: returned unseen"
 
 
 class AppSlot:
@@ -81,6 +83,7 @@ class Receiver:
         """The receive loop's task while it waits on a take: what ``pause`` cancels."""
         self._abandoning = False
         """``pause`` cancelled the take (not ``stop``): the loop carries on."""
+        self._abandon_reason = PAUSED_REASON
         self._loop: asyncio.Task[None] | None = None
 
     @property
@@ -96,9 +99,12 @@ class Receiver:
     def paused(self) -> bool:
         return not self._open.is_set()
 
-    def pause(self) -> None:
-        """Stop taking new messages (in-flight ones finish) until ``resume``."""
+    def pause(self, reason: str = PAUSED_REASON) -> None:
+        """Stop taking new messages (in-flight ones finish) until ``resume``. ``reason`` is
+        the release reason of what an abandoned take had already received (the app gate's
+        reason, as its releases of messages the app never saw)."""
         self._open.clear()
+        self._abandon_reason = reason
         if self._taking is not None and not self._abandoning:
             self._abandoning = True
             self._taking.cancel()
@@ -117,6 +123,7 @@ class Receiver:
     async def stop(self) -> None:
         """Stop taking, drain in-flight tasks for the grace period, cancel the rest."""
         if self._loop is not None:
+            self._abandon_reason = STOPPING_REASON
             self._loop.cancel()
             # its error, if any, was raised by ``wait``: the drain must happen regardless
             await asyncio.gather(self._loop, return_exceptions=True)
@@ -150,7 +157,7 @@ class Receiver:
         assert task is not None
         self._taking = task
         try:
-            return await self._dispatcher.take(free)
+            return await self._dispatcher.take(free, self._why_abandoned)
         except asyncio.CancelledError:
             # ``uncancel`` counts the cancel requests: a ``stop`` as well still ends the loop
             if self._abandoning and task.uncancel() == 0:
@@ -159,6 +166,9 @@ class Receiver:
         finally:
             self._taking = None
             self._abandoning = False
+
+    def _why_abandoned(self) -> str:
+        return self._abandon_reason
 
     def _start_task(self, message: Message) -> None:
         self._observer.received(message)

@@ -223,7 +223,7 @@ class RecordingReceiver:
     def __init__(self) -> None:
         self.paused = False
 
-    def pause(self) -> None:
+    def pause(self, reason: str) -> None:
         self.paused = True
 
     def resume(self) -> None:

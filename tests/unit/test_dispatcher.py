@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from priority_pubsub.journal import JournalWriter, read_journal_lines
 from priority_pubsub.message import Lease, Message
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.observer import DeliveryObserver
+from priority_pubsub.receiver import Receiver
 from priority_pubsub.settler import Settler
 
 
@@ -206,3 +208,36 @@ async def test_a_take_abandoned_while_returning_surplus_still_returns_every_mess
     # the surplus all returned (before: the release after the cancel never happened) and
     # h1, kept for the abandoned take, handed back as well
     assert sorted(driver.returned) == ["h1", "l1", "n1"]
+
+
+class NoWorker:
+    async def handle(self, message: Message, answered: Callable[[], None]) -> None:
+        answered()
+
+
+async def test_a_take_abandoned_by_the_receiver_says_why_it_was_paused_or_stopped(
+    tmp_path: Path,
+) -> None:
+    # the same reason as the app gate's releases of messages the app never saw
+    driver = StuckQueueDriver(("high", "normal", "low"), stuck="normal")
+    journal = JournalWriter(tmp_path, rotate_mb=1)
+    journal.start()
+    dispatcher = make(driver, journal=journal)
+    receiver = Receiver(settings(), dispatcher, NoWorker(),  # type: ignore[arg-type]
+                        dispatcher._observer)
+    driver.queues["high"].append("h1")
+    await receiver.start()
+    await driver.entered.wait()
+    receiver.pause("app not reachable: ConnectionRefusedError")
+    await asyncio.sleep(0.05)
+    driver.entered.clear()
+    receiver.resume()  # h1 again, then the stuck queue again: this time a stop abandons it
+    await driver.entered.wait()
+    await receiver.stop()
+    await journal.close()
+    [path] = tmp_path.glob("journal-*.jsonl")
+    records, _ = read_journal_lines(path)
+    assert [(r["message_id"], r["outcome"], r["reason"]) for r in records] == [
+        ("h1", "release", "app not reachable: ConnectionRefusedError"),
+        ("h1", "release", "sidecar shutting down: returned unseen"),
+    ]
