@@ -24,10 +24,7 @@ RUN python -m venv /opt/venv
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY priority_pubsub ./priority_pubsub
-COPY drivers ./drivers
-COPY transforms ./transforms
-# A non-editable install: the package-dir mapping puts drivers/ and transforms/ under
-# priority_pubsub/, so no top-level `drivers` module lands in site-packages.
+# A non-editable install: the wheel holds every package setuptools finds under priority_pubsub/.
 RUN case ",${EXTRAS}," in \
       *,spark,*|*,all,*) echo "EXTRAS=${EXTRAS}: spark/all are not for the sidecar image" >&2; exit 1 ;; \
     esac; \

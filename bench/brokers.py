@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from bench.common import free_port, sample_body
 from priority_pubsub.drivers.base import DriverContext
-from priority_pubsub.drivers.local import LocalDriver, LocalOptions
+from priority_pubsub.drivers.local.driver import LocalDriver, LocalOptions
 
 MINISTACK = Path(__file__).resolve().parent.parent / ".venv-ministack" / "bin" / "ministack"
 """ministack in a venv of its own (``make bench`` makes it): it pins botocore exactly, which

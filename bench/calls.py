@@ -33,8 +33,8 @@ from bench.counting import WHERE, agreement, counter_for
 from bench.loops import run_sidecar
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.batching import MicroBatcher
-from priority_pubsub.drivers.gcp_pubsub import PubSubDriver
-from priority_pubsub.drivers.sqs import SqsDriver
+from priority_pubsub.drivers.gcp_pubsub.driver import PubSubDriver
+from priority_pubsub.drivers.sqs.driver import SqsDriver
 from priority_pubsub.plugins import build_driver
 
 BROKERS = {"sqs": "moto server", "gcp_pubsub": "Google's Pub/Sub emulator",

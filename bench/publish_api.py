@@ -44,7 +44,7 @@ from bench.common import (
     wait_for_port,
 )
 from priority_pubsub.drivers.base import DriverContext
-from priority_pubsub.drivers.local import LocalDriver, LocalOptions
+from priority_pubsub.drivers.local.driver import LocalDriver, LocalOptions
 
 QUEUE = "bench"
 Publish = Callable[[int], Awaitable[None]]

@@ -39,7 +39,7 @@ from bench.common import (
     temp_dir,
 )
 from bench.loops import naive_forwarder, run_sidecar
-from priority_pubsub.drivers.sqlite_worker import SqliteWorker
+from priority_pubsub.drivers.local.sqlite_worker import SqliteWorker
 
 MODES = ("c", "d")
 PARTS = ("wait", "run", "back")

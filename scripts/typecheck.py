@@ -1,11 +1,7 @@
-"""Run mypy (settings from ``pyproject.toml``) over the package as it is installed:
-``drivers/`` and ``transforms/`` are ``priority_pubsub.drivers`` / ``.transforms``.
+"""Run mypy (settings from ``pyproject.toml``) over the package, its drivers and transforms.
 
-mypy does not follow setuptools' ``package-dir`` mapping, and its command line cannot say
-"this file is that module" (``explicit_package_bases`` / ``mypy_path`` derive module names
-from directories, so ``drivers/sqs.py`` would be ``drivers.sqs``). Its build API can: each
-``BuildSource`` names its module, and imports between listed sources resolve by those names.
-So no symlink tree is needed.
+Kept as a script (rather than a bare ``mypy priority_pubsub``) so CI, the Makefile and every
+engineer run the same command with the same source list.
 """
 
 from __future__ import annotations
@@ -20,25 +16,20 @@ from mypy.modulefinder import BuildSource
 from mypy.options import Options
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {
-    "priority_pubsub": ROOT / "priority_pubsub",
-    "priority_pubsub.drivers": ROOT / "drivers",
-    "priority_pubsub.transforms": ROOT / "transforms",
-}
+PACKAGE = ROOT / "priority_pubsub"
 
 
-def module_name(package: str, directory: Path, path: Path) -> str:
-    parts = list(path.relative_to(directory).with_suffix("").parts)
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join([package, *parts])
+    return ".".join(parts)
 
 
 def sources() -> list[BuildSource]:
     return [
-        BuildSource(str(path), module_name(package, directory, path))
-        for package, directory in PACKAGES.items()
-        for path in sorted(directory.rglob("*.py"))
+        BuildSource(str(path), module_name(path))
+        for path in sorted(PACKAGE.rglob("*.py"))
         if "__pycache__" not in path.parts
     ]
 

@@ -11,8 +11,9 @@ What is wanted, and why:
 * with ``dead_letter.queue``: that queue, and on every priority queue a ``RedrivePolicy`` to it
   whose ``maxReceiveCount`` is ``retry.max_attempts`` + ``RELEASE_MARGIN``. SQS counts every
   receive, including the surplus a long poll catches and the sidecar releases unseen (see
-  ``drivers/sqs.py``), so the policy must leave room for those: the sidecar dead-letters first,
-  with a reason, and the policy stays a safety net for messages no sidecar can settle;
+  ``drivers/sqs/driver.py``), so the policy must leave room for those: the sidecar
+  dead-letters first, with a reason, and the policy stays a safety net for messages no sidecar
+  can settle;
 * with ``driver.sns_topics: {queue: topic}``: the topic, a subscription of the queue with raw
   message delivery off (the body is SNS's envelope, as Dapr publishes) and a statement in the
   queue's policy that lets the topic send. Policies are merged, never replaced (as daprd
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import botocore.exceptions
 
-from priority_pubsub.drivers.sqs_api import MAX_VISIBILITY_S, is_missing_queue, map_error, wrapped
+from priority_pubsub.drivers.sqs.api import MAX_VISIBILITY_S, is_missing_queue, map_error, wrapped
 from priority_pubsub.provision.plan import Action, Mode, Verb, decide, to_change
 
 if TYPE_CHECKING:

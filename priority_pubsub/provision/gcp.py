@@ -37,7 +37,7 @@ from google.pubsub_v1 import PublisherClient, SubscriberClient
 from google.pubsub_v1.types import DeadLetterPolicy, RetryPolicy, Subscription
 
 from priority_pubsub.drivers.base import map_errors
-from priority_pubsub.drivers.gcp_names import map_error, resource_path
+from priority_pubsub.drivers.gcp_pubsub.names import map_error, resource_path
 from priority_pubsub.provision.plan import Action, Mode, Verb, decide, to_change
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from priority_pubsub.config import load_config
-from priority_pubsub.drivers.local import LocalDriver
+from priority_pubsub.drivers.local.driver import LocalDriver
 from priority_pubsub.plugins import build_driver
 from tests.chaos.ledger import Accounting, account
 from tests.e2e.helpers import journal_records, queue_rows, wait_until

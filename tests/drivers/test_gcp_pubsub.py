@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from priority_pubsub.drivers.base import DepthReporter, DriverContext, Pinger, Publisher
-from priority_pubsub.drivers.gcp_names import resource_path
-from priority_pubsub.drivers.gcp_pubsub import (
+from priority_pubsub.drivers.gcp_pubsub.driver import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
     PubSubDriver,
     PubSubOptions,
 )
+from priority_pubsub.drivers.gcp_pubsub.names import resource_path
 from priority_pubsub.errors import (
     ConfigError,
     DriverError,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from priority_pubsub.drivers.base import DriverContext
-from priority_pubsub.drivers.local import DEAD_LETTER_REASON, LocalDriver, LocalOptions
+from priority_pubsub.drivers.local.driver import DEAD_LETTER_REASON, LocalDriver, LocalOptions
 from priority_pubsub.errors import MessageTooLarge
 from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, LateBroker
 

@@ -19,8 +19,8 @@ from priority_pubsub.drivers.base import (
     Pinger,
     Publisher,
 )
-from priority_pubsub.drivers.rabbitmq import RabbitMQDriver, RabbitOptions
-from priority_pubsub.drivers.rabbitmq_wire import ATTEMPT_HEADER
+from priority_pubsub.drivers.rabbitmq.driver import RabbitMQDriver, RabbitOptions
+from priority_pubsub.drivers.rabbitmq.wire import ATTEMPT_HEADER
 from priority_pubsub.errors import ConfigError, DriverError, DriverUnavailable, LeaseLost
 from tests.drivers.conformance import (
     DeadLetter,

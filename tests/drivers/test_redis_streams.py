@@ -19,14 +19,14 @@ import pytest
 import redis.asyncio as aioredis
 
 from priority_pubsub.config import validate_config
-from priority_pubsub.drivers import redis_streams
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
     DriverContext,
     Message,
 )
-from priority_pubsub.drivers.redis_streams import RedisDriver, RedisOptions
+from priority_pubsub.drivers.redis import driver as redis_streams
+from priority_pubsub.drivers.redis.driver import RedisDriver, RedisOptions
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from tests.drivers.conformance import (
     DeadLetter,

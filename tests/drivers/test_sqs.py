@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 from priority_pubsub.drivers.base import DriverContext
-from priority_pubsub.drivers.sqs import (
+from priority_pubsub.drivers.sqs.driver import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
     SqsDriver,

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from priority_pubsub.drivers.base import DEAD_LETTER_REASON
-from priority_pubsub.drivers.rabbitmq_wire import ATTEMPT_HEADER
+from priority_pubsub.drivers.rabbitmq.wire import ATTEMPT_HEADER
 from tests.e2e.helpers import journal_records, wait_until, weighted_shares
 from tests.e2e.scenarios import SidecarScenarios
 from tests.support.app import RecordingApp, Reply

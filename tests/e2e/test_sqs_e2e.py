@@ -12,7 +12,7 @@ from typing import ClassVar
 import pytest
 
 from priority_pubsub.config import load_config
-from priority_pubsub.drivers.sqs import dapr_cloudevent
+from priority_pubsub.drivers.sqs.driver import dapr_cloudevent
 from priority_pubsub.message import Message
 from priority_pubsub.ops import open_driver
 from tests.e2e.helpers import journal_records, wait_until

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from google.pubsub_v1 import PublisherClient, SubscriberClient
 from google.pubsub_v1.types import DeadLetterPolicy, PubsubMessage, ReceivedMessage, Subscription
 
-from priority_pubsub.drivers.gcp_pubsub import DEAD_LETTER_REASON
+from priority_pubsub.drivers.gcp_pubsub.driver import DEAD_LETTER_REASON
 from tests.support.pubsub_emulator import PROJECT
 from tests.support.topologies.base import DeadLetter
 

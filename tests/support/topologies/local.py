@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from priority_pubsub.drivers.base import DriverContext
-from priority_pubsub.drivers.local import DEAD_LETTER_REASON, LocalDriver, LocalOptions
+from priority_pubsub.drivers.local.driver import DEAD_LETTER_REASON, LocalDriver, LocalOptions
 from tests.support.topologies.base import DeadLetter
 
 T = TypeVar("T")

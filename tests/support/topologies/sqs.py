@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import boto3
 
-from priority_pubsub.drivers.sqs import DEAD_LETTER_REASON
+from priority_pubsub.drivers.sqs.driver import DEAD_LETTER_REASON
 from tests.support.moto_server import MotoServer
 from tests.support.topologies.base import DeadLetter
 

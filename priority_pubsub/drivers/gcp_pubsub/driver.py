@@ -78,7 +78,7 @@ from priority_pubsub.drivers.base import (
     own_options,
 )
 from priority_pubsub.drivers.batching import MicroBatcher
-from priority_pubsub.drivers.gcp_names import is_path, map_error, resource_path
+from priority_pubsub.drivers.gcp_pubsub.names import is_path, map_error, resource_path
 from priority_pubsub.errors import DriverError, MessageTooLarge
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Lease, Message, now_ms

@@ -81,7 +81,6 @@ from redis import exceptions as redis_errors
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from priority_pubsub.drivers import redis_scripts
 from priority_pubsub.drivers.base import (
     CONTENT_TYPE_ATTRIBUTE,
     DEAD_LETTER_REASON,
@@ -93,6 +92,7 @@ from priority_pubsub.drivers.base import (
     map_errors,
     own_options,
 )
+from priority_pubsub.drivers.redis import scripts as redis_scripts
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.logs import get_logger
 from priority_pubsub.message import Lease, Message, now_ms

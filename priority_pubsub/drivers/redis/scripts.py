@@ -2,7 +2,7 @@
 
 Why scripts: a settle must check that the pending entry is still ours (same consumer, same
 delivery count) and change it in the same step, or another replica's reclaim could slip in
-between. Why these shapes (see ``redis_streams`` for the whole design):
+between. Why these shapes (see ``driver`` for the whole design):
 
 * every message being worked on is a pending entry of the consumer group (the PEL): its idle
   time is the lease, its delivery count the attempt;

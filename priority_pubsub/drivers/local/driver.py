@@ -42,7 +42,7 @@ from priority_pubsub.drivers.base import (
     map_errors,
     own_options,
 )
-from priority_pubsub.drivers.sqlite_worker import SqliteWorker
+from priority_pubsub.drivers.local.sqlite_worker import SqliteWorker
 from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.message import Lease, Message, now_ms
 

@@ -61,8 +61,8 @@ from priority_pubsub.drivers.base import (
     map_errors,
     own_options,
 )
-from priority_pubsub.drivers.rabbitmq_topology import Declarer, Layout
-from priority_pubsub.drivers.rabbitmq_wire import (
+from priority_pubsub.drivers.rabbitmq.topology import Declarer, Layout
+from priority_pubsub.drivers.rabbitmq.wire import (
     RENEWAL_HEADER,
     copy_of,
     map_error,

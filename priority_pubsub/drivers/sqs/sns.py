@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from priority_pubsub.drivers.sqs_api import call_sns
+from priority_pubsub.drivers.sqs.api import call_sns
 
 if TYPE_CHECKING:
     from types_boto3_sns.type_defs import MessageAttributeValueTypeDef

@@ -84,7 +84,7 @@ from priority_pubsub.drivers.base import (
     own_options,
 )
 from priority_pubsub.drivers.batching import MicroBatcher
-from priority_pubsub.drivers.sqs_api import (
+from priority_pubsub.drivers.sqs.api import (
     MAX_BATCH,
     MAX_VISIBILITY_S,
     MAX_WAIT_TIME_S,
@@ -92,7 +92,7 @@ from priority_pubsub.drivers.sqs_api import (
     string_attributes,
     whole_seconds,
 )
-from priority_pubsub.drivers.sqs_sns import dapr_cloudevent, publish_via_sns
+from priority_pubsub.drivers.sqs.sns import dapr_cloudevent, publish_via_sns
 from priority_pubsub.errors import DriverError, LeaseLost, MessageTooLarge
 from priority_pubsub.message import Lease, Message, now_ms
 from priority_pubsub.redaction import CredentialUrl

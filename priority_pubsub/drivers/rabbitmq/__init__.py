@@ -1,0 +1,10 @@
+"""The RabbitMQ driver (``driver``) with its message wire format (``wire``) and queue
+declarations (``topology``).
+
+The package re-exports the driver class, so ``priority_pubsub.drivers.rabbitmq:RabbitMQDriver``
+(the entry point) names it. May import ``drivers.base``, ``settings``, ``telemetry``, ``core``.
+"""
+
+from priority_pubsub.drivers.rabbitmq.driver import RabbitMQDriver
+
+__all__ = ["RabbitMQDriver"]

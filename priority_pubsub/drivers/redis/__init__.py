@@ -1,0 +1,10 @@
+"""The Redis Streams driver (``driver``) with its Lua scripts (``scripts``).
+
+The package re-exports the driver class, so ``priority_pubsub.drivers.redis:RedisDriver`` (the
+``redis`` entry point) names it. Inside, ``import redis`` is still the redis-py SDK (absolute
+imports). May import ``drivers.base``, ``settings``, ``telemetry``, ``core``.
+"""
+
+from priority_pubsub.drivers.redis.driver import RedisDriver
+
+__all__ = ["RedisDriver"]
