@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from priority_pubsub.config import Settings, validate_config
+from priority_pubsub.settings.config import Settings, validate_config
 
 Run = TypeVar("Run")
 BODY_PAD = "x" * 160

@@ -22,10 +22,10 @@ from typing import Protocol
 from priority_pubsub.app_health import HealthState, OutageLog, Probe, build_probe
 from priority_pubsub.backpressure import AimdLimiter
 from priority_pubsub.circuit import BreakerState, CircuitBreaker
-from priority_pubsub.config import Settings
-from priority_pubsub.message import Message
+from priority_pubsub.core.message import Message
+from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.metrics import Metrics
-from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.settings.config import Settings
 
 Clock = Callable[[], float]
 REMEMBERED_MESSAGES = 100_000

@@ -20,9 +20,9 @@ from typing import Protocol
 import aiohttp
 from yarl import URL
 
-from priority_pubsub.config import AppConfig, HealthConfig
+from priority_pubsub.core.redaction import SecretUrl
 from priority_pubsub.logs import get_logger
-from priority_pubsub.redaction import SecretUrl
+from priority_pubsub.settings.config import AppConfig, HealthConfig
 
 log = get_logger(__name__)
 Clock = Callable[[], float]

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from priority_pubsub.config import Settings, load_config
+from priority_pubsub.core.errors import ConfigError, PriorityPubsubError
+from priority_pubsub.core.redaction import redact
 from priority_pubsub.dapr.flags import DaprdFlags, reject_unknown
-from priority_pubsub.errors import ConfigError, PriorityPubsubError
-from priority_pubsub.redaction import redact
+from priority_pubsub.settings.config import Settings, load_config
 
 if TYPE_CHECKING:
     from priority_pubsub.dapr.setup import Loaded

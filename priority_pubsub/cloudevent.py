@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from priority_pubsub import json_text
-from priority_pubsub.message import Message
+from priority_pubsub.core import json_text
+from priority_pubsub.core.message import Message
 from priority_pubsub.transforms.base import Payload
 
 CLOUDEVENT_CONTENT_TYPE = "application/cloudevents+json"

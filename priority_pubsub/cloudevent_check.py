@@ -12,7 +12,7 @@ from cloudevents.core.exceptions import BaseCloudEventException
 
 from priority_pubsub.app_channel.envelope import media_type
 from priority_pubsub.cloudevent import CLOUDEVENT_CONTENT_TYPE
-from priority_pubsub.json_text import JsonUnreadable, parse
+from priority_pubsub.core.json_text import JsonUnreadable, parse
 
 
 def cloudevent_problem(body: bytes, content_type: str | None) -> str | None:

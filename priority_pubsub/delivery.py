@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 from priority_pubsub.cloudevent import AppRequest, build_request, is_expired
-from priority_pubsub.config import Settings
-from priority_pubsub.message import Message
-from priority_pubsub.outcome import Outcome
+from priority_pubsub.core.message import Message
+from priority_pubsub.core.outcome import Outcome
+from priority_pubsub.settings.config import Settings
 from priority_pubsub.transforms.base import Payload
 
 

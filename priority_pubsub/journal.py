@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from priority_pubsub.core.message import now_ms
+from priority_pubsub.core.outcome import Kind
 from priority_pubsub.logs import get_logger
-from priority_pubsub.message import now_ms
-from priority_pubsub.outcome import Kind
 
 log = get_logger(__name__)
 FsyncPolicy = Literal["none", "every_line"]

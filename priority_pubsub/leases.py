@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from priority_pubsub.core.errors import DriverError, LeaseLost
+from priority_pubsub.core.message import Message
 from priority_pubsub.drivers.base import Driver
-from priority_pubsub.errors import DriverError, LeaseLost
 from priority_pubsub.logs import get_logger
-from priority_pubsub.message import Message
 from priority_pubsub.observer import DeliveryObserver
 
 log = get_logger(__name__)

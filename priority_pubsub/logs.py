@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from priority_pubsub.redaction import redact
+from priority_pubsub.core.redaction import redact
 
 
 def _redact_event(_: Any, __: str, event: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from priority_pubsub.outcome import Kind
+from priority_pubsub.core.outcome import Kind
 
 # 10 ms .. 1 h: short acks and hour-long tasks both land in a meaningful bucket.
 DURATION_BUCKETS = (

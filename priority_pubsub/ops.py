@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from priority_pubsub.app_health import build_probe
-from priority_pubsub.config import Settings
+from priority_pubsub.core.errors import ConfigError, DriverError
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_ATTRIBUTES,
     REQUEUED_FROM,
@@ -21,8 +21,8 @@ from priority_pubsub.drivers.base import (
     Publisher,
     StoreProbe,
 )
-from priority_pubsub.errors import ConfigError, DriverError
-from priority_pubsub.plugins import build_driver
+from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.plugins import build_driver
 
 STATS_VERSION = 1
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from priority_pubsub.backoff import Backoff
-from priority_pubsub.config import Settings
+from priority_pubsub.core.backoff import Backoff
+from priority_pubsub.core.errors import DriverError
+from priority_pubsub.core.message import Message
 from priority_pubsub.dispatcher import Dispatcher
-from priority_pubsub.errors import DriverError
 from priority_pubsub.logs import get_logger
-from priority_pubsub.message import Message
 from priority_pubsub.observer import DeliveryObserver
+from priority_pubsub.settings.config import Settings
 from priority_pubsub.worker import Worker
 
 log = get_logger("priority_pubsub.sidecar")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from priority_pubsub.config import RetryConfig
-from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.core.outcome import Kind, Outcome
+from priority_pubsub.settings.config import RetryConfig
 
 
 class Verb(enum.StrEnum):

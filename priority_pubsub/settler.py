@@ -9,15 +9,15 @@ deliver the message again when its lease ends.
 
 from __future__ import annotations
 
-from priority_pubsub.backoff import Backoff
-from priority_pubsub.config import Settings
+from priority_pubsub.core.backoff import Backoff
+from priority_pubsub.core.errors import DriverError, LeaseLost
+from priority_pubsub.core.message import Message
+from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.delivery import DropHandler
 from priority_pubsub.drivers.base import Driver
-from priority_pubsub.errors import DriverError, LeaseLost
 from priority_pubsub.logs import get_logger
-from priority_pubsub.message import Message
 from priority_pubsub.observer import DeliveryObserver, Settled
-from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.settings.config import Settings
 from priority_pubsub.settlement import Settlement, Verb, plan_settlement
 from priority_pubsub.tracing import NO_TRACE, AttemptTrace
 

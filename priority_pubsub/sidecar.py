@@ -20,19 +20,19 @@ from dataclasses import dataclass
 
 from priority_pubsub.app_channel import build_channel
 from priority_pubsub.app_gate import AppGate
-from priority_pubsub.backoff import Backoff
-from priority_pubsub.config import Settings
+from priority_pubsub.core.backoff import Backoff
+from priority_pubsub.core.errors import DriverError
 from priority_pubsub.delivery import Delivery
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
-from priority_pubsub.errors import DriverError
 from priority_pubsub.journal import JournalWriter
 from priority_pubsub.logs import get_logger
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.observer import DeliveryObserver
-from priority_pubsub.plugins import build_driver
 from priority_pubsub.receiver import Receiver
 from priority_pubsub.server import OpsServer
+from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.plugins import build_driver
 from priority_pubsub.settler import Settler
 from priority_pubsub.tracing import build_tracer
 from priority_pubsub.watchdog import LoopWatchdog

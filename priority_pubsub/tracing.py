@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from priority_pubsub.cloudevent import AppRequest
-from priority_pubsub.config import Settings, TracingConfig
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.core.message import Message
+from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.logs import get_logger
-from priority_pubsub.message import Message
-from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.settings.config import Settings, TracingConfig
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

@@ -14,15 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from priority_pubsub.app_gate import AppGate
-from priority_pubsub.config import Settings
+from priority_pubsub.core.errors import TransformError
+from priority_pubsub.core.message import Message, now_ms
+from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.delivery import AppChannel, Delivery, NativeDelivery
 from priority_pubsub.drivers.base import Driver
-from priority_pubsub.errors import TransformError
 from priority_pubsub.leases import LeaseKeeper
 from priority_pubsub.logs import get_logger
-from priority_pubsub.message import Message, now_ms
 from priority_pubsub.observer import DeliveryObserver
-from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.settings.config import Settings
 from priority_pubsub.settlement import admit
 from priority_pubsub.settler import Settler
 from priority_pubsub.tracing import NO_TRACE, NO_TRACING, AttemptTrace, DeliveryTracer

@@ -23,7 +23,7 @@ from priority_pubsub.analytics.schema import (
     journal_struct,
     required_field_names,
 )
-from priority_pubsub.outcome import Kind
+from priority_pubsub.core.outcome import Kind
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

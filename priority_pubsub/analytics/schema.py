@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from priority_pubsub.core.outcome import FINAL_KINDS, Kind
 from priority_pubsub.journal import JOURNAL_FIELDS, READABLE_VERSIONS, SCHEMA_VERSION
 from priority_pubsub.journal import OUTCOMES as RECORD_OUTCOMES
-from priority_pubsub.outcome import FINAL_KINDS, Kind
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType

@@ -5,13 +5,13 @@ every settle rule apply to both alike."""
 
 from __future__ import annotations
 
-from priority_pubsub.config import Settings
 from priority_pubsub.delivery import AppChannel
+from priority_pubsub.settings.config import Settings
 
 
 def build_channel(settings: Settings) -> AppChannel:
     if settings.app.is_grpc:
-        from priority_pubsub.app_channel.address import require_grpc_extra
+        from priority_pubsub.settings.grpc_address import require_grpc_extra
 
         require_grpc_extra("app.url grpc://")
         from priority_pubsub.app_channel.grpc import GrpcAppChannel

@@ -16,12 +16,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from priority_pubsub.core.errors import DriverError
+from priority_pubsub.core.message import Message
+from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.dapr.delivery import DaprDelivery
 from priority_pubsub.drivers.base import Driver, DriverOptions
-from priority_pubsub.errors import DriverError
 from priority_pubsub.logs import get_logger
-from priority_pubsub.message import Message
-from priority_pubsub.outcome import Outcome
 from priority_pubsub.transforms.base import Payload
 
 log = get_logger(__name__)

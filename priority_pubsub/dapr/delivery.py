@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from priority_pubsub import json_text
 from priority_pubsub.cloudevent import (
     CLOUDEVENT_CONTENT_TYPE,
     AppRequest,
@@ -33,14 +32,15 @@ from priority_pubsub.cloudevent import (
     is_expired,
     metadata_headers,
 )
-from priority_pubsub.config import AppConfig
+from priority_pubsub.core import json_text
+from priority_pubsub.core.errors import TransformError
+from priority_pubsub.core.message import Message
+from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.dapr.plan import DaprPlan
 from priority_pubsub.dapr.routing import RoutingError, app_path, choose_path
 from priority_pubsub.dapr.subscriptions import Subscription
 from priority_pubsub.delivery import Prepared, Target
-from priority_pubsub.errors import TransformError
-from priority_pubsub.message import Message
-from priority_pubsub.outcome import Outcome
+from priority_pubsub.settings.config import AppConfig
 from priority_pubsub.transforms.base import Payload
 
 PUBSUB_METADATA_KEY = "pubsubName"

@@ -12,9 +12,9 @@ import time
 import urllib.error
 import urllib.request
 
-from priority_pubsub.backoff import Backoff
+from priority_pubsub.core.backoff import Backoff
+from priority_pubsub.core.errors import ConfigError, PriorityPubsubError
 from priority_pubsub.dapr.subscriptions import APP_SOURCE, Subscription, from_app
-from priority_pubsub.errors import ConfigError, PriorityPubsubError
 from priority_pubsub.logs import get_logger
 
 log = get_logger(__name__)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.core.errors import ConfigError
 
 DAPRD_ONLY = frozenset({
     "--dapr-internal-grpc-port", "--dapr-public-port",

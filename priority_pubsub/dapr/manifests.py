@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.core.errors import ConfigError
 
 DAPR_API_GROUP = "dapr.io/"
 

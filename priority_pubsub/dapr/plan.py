@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.components import (
     ComponentContext,
     ComponentKind,
@@ -17,11 +18,10 @@ from priority_pubsub.dapr.components import (
     supported_types,
 )
 from priority_pubsub.dapr.manifests import Component, Manifest, parse_component
-from priority_pubsub.dapr.options import DaprConfig
 from priority_pubsub.dapr.resiliency import resilience
 from priority_pubsub.dapr.secrets import SECRET_STORE_PREFIX, resolve_metadata
 from priority_pubsub.dapr.subscriptions import Subscription, from_manifest, merge
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.settings.dapr import DaprConfig
 
 PRIORITY_KEY = "priority"
 WEIGHT_KEY = "weight"

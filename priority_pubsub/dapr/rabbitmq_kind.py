@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.components import ComponentContext, ComponentKind, Mapped, Unwrapped
-from priority_pubsub.errors import ConfigError
 from priority_pubsub.transforms.base import Payload
 
 PERSISTENT_DELIVERY_MODE = "2"

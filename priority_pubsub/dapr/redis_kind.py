@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.components import ComponentContext, ComponentKind, Mapped, Unwrapped
-from priority_pubsub.errors import ConfigError
 from priority_pubsub.transforms.base import Payload
 
 if TYPE_CHECKING:

@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.manifests import Manifest, string_list
-from priority_pubsub.errors import ConfigError
 
 DAPRD_EXPONENTIAL_INITIAL_S = 0.5
 """daprd's exponential retry starts at 500ms (dapr ``pkg/resiliency`` ``retry.DefaultConfig``)."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from priority_pubsub.errors import PriorityPubsubError
+from priority_pubsub.core.errors import PriorityPubsubError
 
 
 class RoutingError(PriorityPubsubError):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from priority_pubsub.config import Settings
 from priority_pubsub.dapr.dead_letters import DeadLetterTopics
 from priority_pubsub.dapr.delivery import DaprDelivery
 from priority_pubsub.dapr.plan import DaprPlan
 from priority_pubsub.logs import get_logger
+from priority_pubsub.settings.config import Settings
 
 log = get_logger("priority_pubsub.dapr")
 
@@ -25,7 +25,7 @@ def report(plan: DaprPlan, warnings: tuple[str, ...]) -> None:
 
 
 async def run_dapr(settings: Settings, plan: DaprPlan) -> None:
-    from priority_pubsub.plugins import build_driver
+    from priority_pubsub.settings.plugins import build_driver
     from priority_pubsub.sidecar import Sidecar
 
     entities = plan.kind.entities(plan.component, settings.driver.options())

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.manifests import Component
-from priority_pubsub.errors import ConfigError
 
 SECRET_STORE_PREFIX = "secretstores."
 LOCAL_ENV = "secretstores.local.env"

@@ -11,7 +11,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from priority_pubsub.config import (
+from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.dapr.flags import DaprdFlags
+from priority_pubsub.dapr.plan import DaprPlan
+from priority_pubsub.settings.config import (
     CONFIG_ENV,
     Settings,
     describe_validation_error,
@@ -19,10 +22,7 @@ from priority_pubsub.config import (
     resolve_config_path,
     validate_config,
 )
-from priority_pubsub.dapr.flags import DaprdFlags
-from priority_pubsub.dapr.options import DaprConfig
-from priority_pubsub.dapr.plan import DaprPlan
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.settings.dapr import DaprConfig
 
 
 @dataclass(frozen=True)

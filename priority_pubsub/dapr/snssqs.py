@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
+from priority_pubsub.core.errors import DriverError, TransformError
 from priority_pubsub.dapr.components import ComponentContext, ComponentKind, Mapped, Unwrapped
 from priority_pubsub.dapr.naming import aws_sanitized, per_topic_queue
-from priority_pubsub.errors import DriverError, TransformError
 from priority_pubsub.provision.plan import Mode
 from priority_pubsub.transforms.base import Payload
 
@@ -34,9 +34,9 @@ if TYPE_CHECKING:
     from types_boto3_sns import SNSClient
     from types_boto3_sqs import SQSClient
 
-    from priority_pubsub.config import Settings
     from priority_pubsub.dapr.plan import DaprPlan
     from priority_pubsub.provision.aws import SqsSpec
+    from priority_pubsub.settings.config import Settings
 
 DEFAULT_VISIBILITY_S = 10
 DEFAULT_RETRY_LIMIT = 10

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.manifests import Manifest, string_list
 from priority_pubsub.dapr.routing import CompiledRule, Rule
-from priority_pubsub.errors import ConfigError
 
 APP_SOURCE = "GET /dapr/subscribe"
 _TRUE = {"1", "t", "true", "y", "yes", "on"}

@@ -73,6 +73,8 @@ from typing import Any, ClassVar
 import structlog
 from pydantic import Field, SecretStr, model_validator
 
+from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
+from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.drivers.base import (
     DriverContext,
     DriverOptions,
@@ -80,8 +82,6 @@ from priority_pubsub.drivers.base import (
     map_errors,
     own_options,
 )
-from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
-from priority_pubsub.message import Lease, Message, now_ms
 
 __all__ = ["ATTEMPTS_PROPERTY", "ENQUEUED_PROPERTY", "ServiceBusDriver", "ServiceBusOptions"]
 

@@ -5,7 +5,7 @@ A driver only consumes and settles. It never creates queues, topics or policies:
 abilities (depth, publish, ping) are separate runtime-checkable protocols the core probes with
 ``isinstance``.
 
-Every driver method raises only ``priority_pubsub.errors.DriverError`` subclasses: SDK
+Every driver method raises only ``priority_pubsub.core.errors.DriverError`` subclasses: SDK
 exceptions are wrapped at this boundary and marked retriable or terminal.
 
 The kit every driver uses, so each one only says what is particular to its broker:
@@ -16,7 +16,7 @@ The kit every driver uses, so each one only says what is particular to its broke
 * ``own_options``: the one way a driver gets its options model from the core;
 * ``map_errors``: the one ``try/except/raise from`` around SDK calls, given the driver's own
   ``map_error(exc, action, settling=...)`` (each driver has exactly one, under that name);
-* ``priority_pubsub.backoff`` for any retry loop.
+* ``priority_pubsub.core.backoff`` for any retry loop.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 
-from priority_pubsub.errors import ConfigError, DriverError
-from priority_pubsub.message import Lease, Message
+from priority_pubsub.core.errors import ConfigError, DriverError
+from priority_pubsub.core.message import Lease, Message
 
 __all__ = [
     "CONTENT_TYPE_ATTRIBUTE",
@@ -158,7 +158,7 @@ def deployment(info: ValidationInfo) -> DriverContext | None:
 def check_options(options: DriverOptions, context: DriverContext) -> None:
     """Run an options model's cross-field checks against ``context``: ``load_config`` already
     did, a driver built directly (tests, embedding) gets the same one-line ``ConfigError``."""
-    from priority_pubsub.config import describe_validation_error
+    from priority_pubsub.settings.config import describe_validation_error
 
     try:
         type(options).model_validate(options.model_dump(), context=context)

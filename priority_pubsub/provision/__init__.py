@@ -14,12 +14,12 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.provision.plan import Action, Mode, exit_code, summary
 
 if TYPE_CHECKING:
-    from priority_pubsub.config import Settings
     from priority_pubsub.dapr.plan import DaprPlan
+    from priority_pubsub.settings.config import Settings
 
 __all__ = ["Action", "Mode", "Provisioned", "provision", "provision_blocking"]
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from types_boto3_sns import SNSClient
     from types_boto3_sqs import SQSClient
 
-    from priority_pubsub.config import Settings
+    from priority_pubsub.settings.config import Settings
 
 RELEASE_MARGIN = 5
 """Receives beyond ``retry.max_attempts`` a RedrivePolicy allows: released surplus counts."""

@@ -41,7 +41,7 @@ from priority_pubsub.drivers.gcp_pubsub.names import map_error, resource_path
 from priority_pubsub.provision.plan import Action, Mode, Verb, decide, to_change
 
 if TYPE_CHECKING:
-    from priority_pubsub.config import Settings
+    from priority_pubsub.settings.config import Settings
 
 RELEASE_MARGIN = 5
 MIN_DELIVERY_ATTEMPTS, MAX_DELIVERY_ATTEMPTS = 5, 100

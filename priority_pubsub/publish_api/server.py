@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from priority_pubsub.config import Settings
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.logs import get_logger
-from priority_pubsub.publish_api.options import PublishApiConfig
 from priority_pubsub.publish_api.service import ComponentSink, PublishService, QueueSink, Sink
+from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.publish_api import PublishApiConfig
 
 if TYPE_CHECKING:
     from priority_pubsub.dapr.plan import DaprPlan
@@ -24,7 +24,7 @@ def build_service(settings: Settings, plan: DaprPlan | None) -> PublishService:
     api = settings.publish_api
     assert api is not None
     if plan is None:
-        from priority_pubsub.plugins import build_driver
+        from priority_pubsub.settings.plugins import build_driver
 
         sink: Sink = QueueSink(build_driver(settings), settings.queue_names)
         return PublishService(settings.app.pubsub_name, api.app_id, sink)
@@ -51,7 +51,7 @@ async def serving(settings: Settings, plan: DaprPlan | None = None) -> AsyncIter
         await service.start()
         runner = await _start_http(service, api)
         if api.grpc_port is not None:
-            from priority_pubsub.app_channel.address import require_grpc_extra
+            from priority_pubsub.settings.grpc_address import require_grpc_extra
 
             require_grpc_extra("publish_api.grpc_port (grpc_port: null serves HTTP only)")
             from priority_pubsub.publish_api.grpc import start_server

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from priority_pubsub.core.errors import DriverError
 from priority_pubsub.drivers.base import Driver, Publisher
-from priority_pubsub.errors import DriverError
 from priority_pubsub.logs import get_logger
 from priority_pubsub.publish_api import errors
 from priority_pubsub.publish_api.envelope import (

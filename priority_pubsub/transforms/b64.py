@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from priority_pubsub.errors import TransformError
+from priority_pubsub.core.errors import TransformError
 from priority_pubsub.transforms.base import Payload
 
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from priority_pubsub.errors import ConfigError, TransformError, TransformUnavailable
+from priority_pubsub.core.errors import ConfigError, TransformError, TransformUnavailable
 
 if TYPE_CHECKING:
-    from priority_pubsub.config import TransformEntry
-    from priority_pubsub.outcome import Outcome
+    from priority_pubsub.core.outcome import Outcome
+    from priority_pubsub.settings.config import TransformEntry
 
 __all__ = [
     "AsyncTransform",
@@ -76,7 +76,7 @@ class PublishHook(Protocol):
 
 def build_transform(entry: str | TransformEntry) -> Transform | AsyncTransform:
     """An instance for a config entry: a plain name, or a name with options."""
-    from priority_pubsub.plugins import transform_class
+    from priority_pubsub.settings.plugins import transform_class
 
     name = entry if isinstance(entry, str) else entry.name
     options = {} if isinstance(entry, str) else entry.options()

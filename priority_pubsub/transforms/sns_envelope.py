@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from priority_pubsub import json_text
-from priority_pubsub.errors import TransformError
+from priority_pubsub.core import json_text
+from priority_pubsub.core.errors import TransformError
 from priority_pubsub.transforms.base import Payload
 
 _CLOUDEVENT_KEYS = frozenset({"specversion", "id", "source", "type"})

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from priority_pubsub.config import load_config
 from priority_pubsub.drivers.local.driver import LocalDriver
-from priority_pubsub.plugins import build_driver
+from priority_pubsub.settings.config import load_config
+from priority_pubsub.settings.plugins import build_driver
 from tests.chaos.ledger import Accounting, account
 from tests.e2e.helpers import journal_records, queue_rows, wait_until
 from tests.support.app import RecordingApp

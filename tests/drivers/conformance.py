@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from priority_pubsub.core.errors import DriverError
 from priority_pubsub.drivers.base import Driver, Message
-from priority_pubsub.errors import DriverError
 from tests.support.topologies.base import DeadLetter
 
 __all__ = ["DeadLetter", "DriverConformance", "DriverHarness", "receive_all"]
@@ -215,7 +215,7 @@ class DriverConformance:
         assert await other.receive(harness.queues[0], 1, 0) == []
 
     async def test_settling_a_lapsed_lease_is_refused(self, harness: DriverHarness) -> None:
-        from priority_pubsub.errors import LeaseLost
+        from priority_pubsub.core.errors import LeaseLost
 
         if not harness.detects_lost_lease:
             pytest.skip("this broker accepts settles with stale handles; see the driver docs")

@@ -17,13 +17,13 @@ from azure.servicebus import ServiceBusMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 from pydantic import ValidationError
 
+from priority_pubsub.core.errors import DriverError, LeaseLost
 from priority_pubsub.drivers.azure_servicebus import (
     ATTEMPTS_PROPERTY,
     ServiceBusDriver,
     ServiceBusOptions,
 )
 from priority_pubsub.drivers.base import DriverContext, Pinger, Publisher
-from priority_pubsub.errors import DriverError, LeaseLost
 from tests.drivers.conformance import (
     DeadLetter,
     DriverConformance,

@@ -13,6 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from priority_pubsub.core.errors import (
+    ConfigError,
+    DriverError,
+    DriverUnavailable,
+    LeaseLost,
+)
 from priority_pubsub.drivers.base import DepthReporter, DriverContext, Pinger, Publisher
 from priority_pubsub.drivers.gcp_pubsub.driver import (
     DEAD_LETTER_REASON,
@@ -21,12 +27,6 @@ from priority_pubsub.drivers.gcp_pubsub.driver import (
     PubSubOptions,
 )
 from priority_pubsub.drivers.gcp_pubsub.names import resource_path
-from priority_pubsub.errors import (
-    ConfigError,
-    DriverError,
-    DriverUnavailable,
-    LeaseLost,
-)
 from tests.drivers.conformance import (
     DeadLetter,
     DriverConformance,

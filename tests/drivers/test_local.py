@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from priority_pubsub.core.errors import MessageTooLarge
 from priority_pubsub.drivers.base import DriverContext
 from priority_pubsub.drivers.local.driver import DEAD_LETTER_REASON, LocalDriver, LocalOptions
-from priority_pubsub.errors import MessageTooLarge
 from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, LateBroker
 
 pytestmark = pytest.mark.local
@@ -128,7 +128,7 @@ async def test_ping_fails_when_file_disappears(tmp_path: Path) -> None:
     try:
         await driver.ping()
         path.rename(tmp_path / "moved.db")
-        from priority_pubsub.errors import DriverUnavailable
+        from priority_pubsub.core.errors import DriverUnavailable
 
         with pytest.raises(DriverUnavailable):
             await driver.ping()

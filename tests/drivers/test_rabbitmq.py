@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from priority_pubsub.core.errors import ConfigError, DriverError, DriverUnavailable, LeaseLost
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
@@ -21,7 +22,6 @@ from priority_pubsub.drivers.base import (
 )
 from priority_pubsub.drivers.rabbitmq.driver import RabbitMQDriver, RabbitOptions
 from priority_pubsub.drivers.rabbitmq.wire import ATTEMPT_HEADER
-from priority_pubsub.errors import ConfigError, DriverError, DriverUnavailable, LeaseLost
 from tests.drivers.conformance import (
     DeadLetter,
     DriverConformance,

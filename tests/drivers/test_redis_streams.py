@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from priority_pubsub.config import validate_config
+from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
@@ -27,7 +27,7 @@ from priority_pubsub.drivers.base import (
 )
 from priority_pubsub.drivers.redis import driver as redis_streams
 from priority_pubsub.drivers.redis.driver import RedisDriver, RedisOptions
-from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
+from priority_pubsub.settings.config import validate_config
 from tests.drivers.conformance import (
     DeadLetter,
     DriverConformance,

@@ -15,6 +15,14 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
+from priority_pubsub.core.errors import (
+    DriverError,
+    DriverUnavailable,
+    LeaseLost,
+    MessageTooLarge,
+    TransformError,
+)
+from priority_pubsub.core.message import Message
 from priority_pubsub.drivers.base import DriverContext
 from priority_pubsub.drivers.sqs.driver import (
     DEAD_LETTER_REASON,
@@ -24,14 +32,6 @@ from priority_pubsub.drivers.sqs.driver import (
     dapr_cloudevent,
     publish_via_sns,
 )
-from priority_pubsub.errors import (
-    DriverError,
-    DriverUnavailable,
-    LeaseLost,
-    MessageTooLarge,
-    TransformError,
-)
-from priority_pubsub.message import Message
 from priority_pubsub.transforms.base import Payload
 from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 from tests.drivers.conformance import (

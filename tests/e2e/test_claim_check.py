@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
-from priority_pubsub.outcome import Outcome
+from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.transforms.base import Payload
 from priority_pubsub.transforms.s3_claim_check import ClaimCheckOptions, S3ClaimCheck
 from tests.e2e.helpers import journal_records, wait_until

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.components import ComponentContext
 from priority_pubsub.dapr.redis_kind import RedisStreams, go_duration_s
-from priority_pubsub.errors import ConfigError
 from tests.e2e.helpers import assert_each_order_once
 from tests.support.app_venv import running_app
 from tests.support.dapr_resources import dapr_config, dapr_event

@@ -1,7 +1,7 @@
 """Keep the chart's ``values.schema.json`` ``config`` section equal to the sidecar's own model.
 
 The ``config`` value is rendered verbatim into the sidecar's config file, so its schema is
-generated from ``priority_pubsub.config.Settings`` (pydantic) rather than written twice by
+generated from ``priority_pubsub.settings.config.Settings`` (pydantic) rather than written twice by
 hand: Helm then rejects an unknown or mistyped config key at install time, before a pod
 crash-loops on it. The rest of the schema (the chart's own keys) is hand-written in the file.
 
@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from priority_pubsub.config import Settings
+from priority_pubsub.settings.config import Settings
 
 SCHEMA_PATH = (
     Path(__file__).resolve().parents[2] / "charts" / "priority-pubsub" / "values.schema.json"

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from priority_pubsub.config import CONFIG_ENV, ENV_PREFIX, Settings, load_config
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.settings.config import CONFIG_ENV, ENV_PREFIX, Settings, load_config
 from tests.helm.conftest import Helm
 from tests.helm.manifests import (
     EXAMPLES,

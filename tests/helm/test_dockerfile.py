@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from priority_pubsub.config import load_config
+from priority_pubsub.settings.config import load_config
 from tests.helm.manifests import ROOT, unavailable
 
 pytestmark = pytest.mark.helm

@@ -11,7 +11,7 @@ import structlog
 from priority_pubsub.app_health import HealthState, OutageLog, probe_url
 from priority_pubsub.backpressure import AimdLimiter, parse_retry_after
 from priority_pubsub.circuit import BreakerState, CircuitBreaker
-from priority_pubsub.redaction import SecretUrl, mask_url
+from priority_pubsub.core.redaction import SecretUrl, mask_url
 
 
 class FakeClock:

@@ -11,9 +11,9 @@ import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 
 from priority_pubsub.cloudevent import build_request, is_expired
+from priority_pubsub.core.message import Lease, Message
+from priority_pubsub.core.outcome import Kind
 from priority_pubsub.forwarder import classify
-from priority_pubsub.message import Lease, Message
-from priority_pubsub.outcome import Kind
 from priority_pubsub.transforms.base import Payload
 from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 
@@ -106,8 +106,8 @@ def test_a_published_cloudevent_keeps_its_own_topic_but_gets_the_header() -> Non
 
 
 def test_native_delivery_http_and_grpc_name_the_same_topic_and_pubsub() -> None:
-    from priority_pubsub.config import validate_config
     from priority_pubsub.delivery import NativeDelivery, Prepared
+    from priority_pubsub.settings.config import validate_config
 
     settings = validate_config({"queues": [{"name": "tasks-high", "route": "/t"}],
                                 "app": {"url": "http://127.0.0.1:1", "pubsub_name": "jobs"}})
@@ -189,7 +189,7 @@ def test_app_answer_python_cannot_parse_is_a_non_json_success(answer: bytes) -> 
 def test_sns_envelope_python_cannot_represent_is_a_transform_error(
     body: bytes, reason: str
 ) -> None:
-    from priority_pubsub.errors import TransformError
+    from priority_pubsub.core.errors import TransformError
 
     with pytest.raises(TransformError, match=reason):
         SnsEnvelope()(Payload(body))

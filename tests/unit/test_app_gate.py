@@ -12,11 +12,11 @@ from aiohttp import web
 
 from priority_pubsub.app_gate import AppGate
 from priority_pubsub.cloudevent import AppRequest
-from priority_pubsub.config import validate_config
+from priority_pubsub.core.message import Lease, Message, now_ms
+from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.forwarder import Forwarder, classify
-from priority_pubsub.message import Lease, Message, now_ms
 from priority_pubsub.metrics import Metrics
-from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.settings.config import validate_config
 from tests.support.servers import free_port
 from tests.unit.test_app_channel_guards import FakeClock
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from priority_pubsub.core.errors import DriverUnavailable, LeaseLost
 from priority_pubsub.drivers.batching import MicroBatcher
-from priority_pubsub.errors import DriverUnavailable, LeaseLost
 
 
 class Broker:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from priority_pubsub.config import RetryConfig, load_config
+from priority_pubsub.settings.config import RetryConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = "queues:\n  - {name: a}\n"
@@ -77,7 +77,7 @@ def test_config_path_from_environment(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_invalid_config_is_one_line_naming_the_key(
     tmp_path: Path, text: str, expected: str
 ) -> None:
-    from priority_pubsub.errors import ConfigError
+    from priority_pubsub.core.errors import ConfigError
 
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, text))
@@ -87,7 +87,7 @@ def test_invalid_config_is_one_line_naming_the_key(
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
-    from priority_pubsub.errors import ConfigError
+    from priority_pubsub.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "nope.yaml")
@@ -96,7 +96,7 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 def test_bad_environment_override_names_the_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from priority_pubsub.errors import ConfigError
+    from priority_pubsub.core.errors import ConfigError
 
     monkeypatch.setenv("PRIORITY_PUBSUB_LEASE__DURATION_S", "0")
     with pytest.raises(ConfigError, match=r"^lease\.duration_s: "):

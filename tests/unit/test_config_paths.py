@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from priority_pubsub.config import load_config
+from priority_pubsub.settings.config import load_config
 
 CONFIG = """\
 driver: {type: local, path: ./state/queues.db}
@@ -80,7 +80,7 @@ def test_non_path_driver_keys_are_untouched(tmp_path: Path, elsewhere: Path) -> 
 
 
 def test_dapr_resources_paths_follow_the_file(tmp_path: Path, elsewhere: Path) -> None:
-    from priority_pubsub.config import read_config_file
+    from priority_pubsub.settings.config import read_config_file
 
     config = _write(tmp_path / "d", "dapr: {app_id: a, resources_path: [components, /abs]}\n")
     raw = read_config_file(config)

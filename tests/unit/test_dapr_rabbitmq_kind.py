@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from priority_pubsub.config import validate_config
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.components import ComponentContext
 from priority_pubsub.dapr.rabbitmq_kind import RabbitMQ
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.settings.config import validate_config
 from priority_pubsub.transforms.base import Payload
 from tests.unit.test_dapr_resources import plan_for
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from priority_pubsub.config import validate_config
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.resiliency import go_duration_s
 from priority_pubsub.dapr.setup import load
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.settings.config import validate_config
 from tests.unit.test_dapr_resources import COMPONENT, plan_for, resources
 
 APP = [{"pubsubname": "orderpubsub", "topic": "orders", "route": "/orders"}]

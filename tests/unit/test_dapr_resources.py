@@ -12,18 +12,18 @@ from typing import Any
 import pytest
 import yaml
 
-from priority_pubsub.config import AppConfig
+from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.core.message import Lease, Message
+from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.dapr.delivery import DaprDelivery, go_json
 from priority_pubsub.dapr.manifests import load_manifests
 from priority_pubsub.dapr.naming import aws_sanitized
-from priority_pubsub.dapr.options import DaprConfig
 from priority_pubsub.dapr.plan import DaprPlan, build_plan
 from priority_pubsub.dapr.subscriptions import from_app, merge
 from priority_pubsub.delivery import Prepared
-from priority_pubsub.errors import ConfigError
 from priority_pubsub.forwarder import classify
-from priority_pubsub.message import Lease, Message
-from priority_pubsub.outcome import Kind, Outcome
+from priority_pubsub.settings.config import AppConfig
+from priority_pubsub.settings.dapr import DaprConfig
 from priority_pubsub.transforms.base import Payload
 from tests.support.sidecar import cli
 

@@ -15,12 +15,12 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from priority_pubsub.config import Settings, validate_config
+from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.dispatcher import Dispatcher
-from priority_pubsub.message import Lease, Message
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.scheduler import share_by_weight
+from priority_pubsub.settings.config import Settings, validate_config
 from priority_pubsub.settler import Settler
 
 NAMES = ("high", "normal", "low")

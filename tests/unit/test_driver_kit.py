@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from priority_pubsub.backoff import Backoff, compute_backoff
+from priority_pubsub.core.backoff import Backoff, compute_backoff
+from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost
 from priority_pubsub.drivers.base import (
     DriverOptions,
     Lease,
@@ -15,7 +16,6 @@ from priority_pubsub.drivers.base import (
     map_errors,
     own_options,
 )
-from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost
 
 
 class Clock:

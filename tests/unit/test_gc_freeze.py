@@ -7,7 +7,7 @@ import asyncio
 import gc
 from pathlib import Path
 
-from priority_pubsub.config import validate_config
+from priority_pubsub.settings.config import validate_config
 from priority_pubsub.sidecar import Sidecar
 from tests.support.servers import free_port
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from priority_pubsub.config import validate_config
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.flags import DaprdFlags
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.settings.config import validate_config
 
 QUEUES = [{"name": "a"}]
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from priority_pubsub.config import validate_config
-from priority_pubsub.errors import ConfigError, TransformError
+from priority_pubsub.core.errors import ConfigError, TransformError
 from priority_pubsub.provision.aws import merge_policy
 from priority_pubsub.provision.plan import Action, Mode, Verb, decide, exit_code, summary
+from priority_pubsub.settings.config import validate_config
 from priority_pubsub.transforms.s3_claim_check import (
     POINTER_CLASS,
     S3Claim,

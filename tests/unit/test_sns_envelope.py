@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from priority_pubsub.errors import TransformError
+from priority_pubsub.core.errors import TransformError
 from priority_pubsub.transforms.base import Payload, TransformChain
 from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 

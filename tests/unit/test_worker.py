@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from priority_pubsub.config import validate_config
-from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost
+from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost
+from priority_pubsub.core.message import Lease, Message, now_ms
+from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.journal import JournalWriter, read_journal_lines
-from priority_pubsub.message import Lease, Message, now_ms
 from priority_pubsub.metrics import Metrics
 from priority_pubsub.observer import DeliveryObserver
-from priority_pubsub.outcome import Outcome
+from priority_pubsub.settings.config import validate_config
 from priority_pubsub.settler import Settler
 from priority_pubsub.transforms.base import Payload, TransformChain
 from priority_pubsub.worker import Worker

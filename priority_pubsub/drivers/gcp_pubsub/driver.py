@@ -65,6 +65,8 @@ from google.pubsub_v1 import PublisherAsyncClient, SubscriberAsyncClient
 from google.pubsub_v1.types import PubsubMessage, PullRequest, PullResponse, ReceivedMessage
 from pydantic import Field, ValidationInfo, model_validator
 
+from priority_pubsub.core.errors import DriverError, MessageTooLarge
+from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.drivers.base import (
     CONTENT_TYPE_ATTRIBUTE,
     DEAD_LETTER_REASON,
@@ -79,9 +81,7 @@ from priority_pubsub.drivers.base import (
 )
 from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.gcp_pubsub.names import is_path, map_error, resource_path
-from priority_pubsub.errors import DriverError, MessageTooLarge
 from priority_pubsub.logs import get_logger
-from priority_pubsub.message import Lease, Message, now_ms
 
 log = get_logger(__name__)
 T = TypeVar("T")

@@ -11,7 +11,7 @@ import re
 
 from google.api_core import exceptions as gexc
 
-from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost
+from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost
 
 _PATH = re.compile(r"^projects/(?P<project>[^/]+)/(?P<kind>topics|subscriptions)/(?P<id>[^/]+)$")
 

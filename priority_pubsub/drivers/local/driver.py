@@ -33,6 +33,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field
 
+from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
+from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
@@ -43,8 +45,6 @@ from priority_pubsub.drivers.base import (
     own_options,
 )
 from priority_pubsub.drivers.local.sqlite_worker import SqliteWorker
-from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
-from priority_pubsub.message import Lease, Message, now_ms
 
 __all__ = ["DEAD_LETTER_REASON", "DEAD_LETTER_SOURCE", "LocalDriver", "LocalOptions"]
 T = TypeVar("T")

@@ -49,6 +49,9 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 from pydantic import Field, ValidationInfo, model_validator
 
+from priority_pubsub.core.errors import DriverError, LeaseLost
+from priority_pubsub.core.message import Lease, Message, now_ms
+from priority_pubsub.core.redaction import CredentialUrl, SecretUrl
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
@@ -69,10 +72,7 @@ from priority_pubsub.drivers.rabbitmq.wire import (
     new_message,
     read_delivery,
 )
-from priority_pubsub.errors import DriverError, LeaseLost
 from priority_pubsub.logs import get_logger
-from priority_pubsub.message import Lease, Message, now_ms
-from priority_pubsub.redaction import CredentialUrl, SecretUrl
 
 log = get_logger(__name__)
 RENEW_FRACTION = 0.5

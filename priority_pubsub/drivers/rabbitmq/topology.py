@@ -30,7 +30,7 @@ from typing import Any
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, ExchangeType
 
-from priority_pubsub.errors import DriverError
+from priority_pubsub.core.errors import DriverError
 from priority_pubsub.logs import get_logger
 
 log = get_logger(__name__)

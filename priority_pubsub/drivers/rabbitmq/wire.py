@@ -28,8 +28,8 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage
 
-from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost
-from priority_pubsub.message import now_ms
+from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost
+from priority_pubsub.core.message import now_ms
 
 ATTEMPT_HEADER = "x-priority-pubsub-attempt"
 ENQUEUED_HEADER = "x-priority-pubsub-enqueued-ms"

@@ -81,6 +81,9 @@ from redis import exceptions as redis_errors
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
+from priority_pubsub.core.message import Lease, Message, now_ms
+from priority_pubsub.core.redaction import CredentialUrl, SecretUrl
 from priority_pubsub.drivers.base import (
     CONTENT_TYPE_ATTRIBUTE,
     DEAD_LETTER_REASON,
@@ -93,10 +96,7 @@ from priority_pubsub.drivers.base import (
     own_options,
 )
 from priority_pubsub.drivers.redis import scripts as redis_scripts
-from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.logs import get_logger
-from priority_pubsub.message import Lease, Message, now_ms
-from priority_pubsub.redaction import CredentialUrl, SecretUrl
 
 __all__ = ["RedisDriver", "RedisLease", "RedisOptions", "connection_options", "map_error"]
 

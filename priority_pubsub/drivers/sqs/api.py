@@ -17,8 +17,8 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
+from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost
 from priority_pubsub.drivers.base import map_errors
-from priority_pubsub.errors import DriverError, DriverUnavailable, LeaseLost
 
 if TYPE_CHECKING:
     from types_boto3_sns import SNSClient

@@ -71,6 +71,9 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import structlog
 from pydantic import Field, ValidationInfo, model_validator
 
+from priority_pubsub.core.errors import DriverError, LeaseLost, MessageTooLarge
+from priority_pubsub.core.message import Lease, Message, now_ms
+from priority_pubsub.core.redaction import CredentialUrl
 from priority_pubsub.drivers.base import (
     CONTENT_TYPE_ATTRIBUTE,
     DEAD_LETTER_REASON,
@@ -93,9 +96,6 @@ from priority_pubsub.drivers.sqs.api import (
     whole_seconds,
 )
 from priority_pubsub.drivers.sqs.sns import dapr_cloudevent, publish_via_sns
-from priority_pubsub.errors import DriverError, LeaseLost, MessageTooLarge
-from priority_pubsub.message import Lease, Message, now_ms
-from priority_pubsub.redaction import CredentialUrl
 
 if TYPE_CHECKING:
     from types_boto3_sqs.type_defs import (

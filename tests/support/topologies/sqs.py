@@ -131,8 +131,8 @@ class ProvisionedSqsTopology(SqsTopology):
         return arn
 
     def _provision(self) -> None:
-        from priority_pubsub.config import validate_config
         from priority_pubsub.provision import Mode, provision_blocking
+        from priority_pubsub.settings.config import validate_config
 
         if not self._queues:  # the dead-letter queue comes with the first queue
             return

@@ -25,7 +25,7 @@ def grpc_target(url: str) -> str:
 
 def require_grpc_extra(what: str) -> None:
     """A clear error instead of an ImportError when Dapr's stubs are not installed."""
-    from priority_pubsub.errors import ConfigError
+    from priority_pubsub.core.errors import ConfigError
 
     try:
         import dapr.proto.runtime.v1.appcallback_pb2  # noqa: F401

@@ -18,7 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.core.errors import ConfigError
 
 CORE_PATH_KEYS: tuple[tuple[str, str], ...] = (("journal", "path"), ("dapr", "resources_path"))
 """(section, key) of the core settings that hold filesystem paths (one, or a list)."""
@@ -46,7 +46,7 @@ def _anchored(value: Any, config_dir: Path) -> Any:
 
 def _driver_path_keys(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """The configured driver's ``Path``-typed options (its own model says which)."""
-    from priority_pubsub.plugins import driver_class
+    from priority_pubsub.settings.plugins import driver_class
 
     driver = raw.get("driver")
     kind = driver.get("type", "local") if isinstance(driver, dict) else "local"

@@ -10,11 +10,11 @@ from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, cast
 
-from priority_pubsub.errors import ConfigError
+from priority_pubsub.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from priority_pubsub.config import Settings
     from priority_pubsub.drivers.base import Driver
+    from priority_pubsub.settings.config import Settings
     from priority_pubsub.transforms.base import Transform
 
 DRIVER_GROUP = "priority_pubsub.drivers"

@@ -23,12 +23,12 @@ from pydantic import (
     model_validator,
 )
 
-from priority_pubsub.backoff import compute_backoff
-from priority_pubsub.config_paths import anchor_relative_paths
-from priority_pubsub.dapr.options import DaprConfig
-from priority_pubsub.errors import ConfigError
-from priority_pubsub.publish_api.options import PublishApiConfig
-from priority_pubsub.redaction import CredentialUrl, SecretUrl, remember_secrets, secret_values
+from priority_pubsub.core.backoff import compute_backoff
+from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.core.redaction import CredentialUrl, SecretUrl, remember_secrets, secret_values
+from priority_pubsub.settings.dapr import DaprConfig
+from priority_pubsub.settings.paths import anchor_relative_paths
+from priority_pubsub.settings.publish_api import PublishApiConfig
 
 if TYPE_CHECKING:
     from priority_pubsub.drivers.base import DriverContext, DriverOptions
@@ -156,7 +156,7 @@ class AppConfig(_Strict):
         if not url.startswith(APP_URL_SCHEMES):
             raise ValueError("must be an http://, https:// or grpc://host:port URL")
         if url.startswith("grpc://"):
-            from priority_pubsub.app_channel.address import grpc_target
+            from priority_pubsub.settings.grpc_address import grpc_target
 
             grpc_target(url)  # raises ValueError naming what is wrong
             return value
@@ -323,7 +323,7 @@ def load_config(path: str | Path | None = None) -> Settings:
 
 def validate_config(raw: dict[str, Any]) -> Settings:
     """The whole config, driver options and transforms included; every secret in it is
-    remembered so logs and CLI errors mask it (``priority_pubsub.redaction``)."""
+    remembered so logs and CLI errors mask it (``priority_pubsub.core.redaction``)."""
     try:
         settings = Settings.model_validate(raw)
     except ValidationError as exc:
@@ -416,7 +416,7 @@ def _with_driver_options(settings: Settings) -> Settings:
     """Validate the driver's options against its model, with the deployment as validation
     context (cross-field checks such as lease limits live in the options model), and keep the
     validated model: ``settings.driver`` then holds validated values (secrets typed)."""
-    from priority_pubsub.plugins import driver_class
+    from priority_pubsub.settings.plugins import driver_class
 
     cls = driver_class(settings.driver.type)
     try:
@@ -433,7 +433,7 @@ def _with_driver_options(settings: Settings) -> Settings:
 
 
 def _validate_transforms(settings: Settings) -> None:
-    from priority_pubsub.plugins import transform_class
+    from priority_pubsub.settings.plugins import transform_class
     from priority_pubsub.transforms.base import build_transform
 
     for index, entry in enumerate(settings.transforms):

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from priority_pubsub.errors import LeaseLost
+from priority_pubsub.core.errors import LeaseLost
 
 
 def now_ms() -> int:
