@@ -203,7 +203,7 @@ class CliSidecar:
 def quiet_logging(path: Path) -> None:
     """Configure the sidecar's logging as shipped (info, JSON), written to ``path`` instead of
     stderr so the table stays readable. The cost of every log line is still paid."""
-    from priority_pubsub.logs import configure_logging
+    from priority_pubsub.telemetry.logs import configure_logging
 
     handle = path.open("a", encoding="utf-8")  # kept open for the life of the process
     with contextlib.redirect_stderr(handle):

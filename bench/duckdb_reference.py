@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from priority_pubsub.journal import JOURNAL_FIELDS
+from priority_pubsub.telemetry.journal import JOURNAL_FIELDS
 
 DUCK_TYPES = {"int": "INTEGER", "long": "BIGINT", "string": "VARCHAR"}
 

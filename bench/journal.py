@@ -33,8 +33,8 @@ from bench.common import (
     temp_dir,
 )
 from bench.loops import run_sidecar
-from priority_pubsub.journal import JournalRecord, JournalWriter
 from priority_pubsub.settings.config import validate_config
+from priority_pubsub.telemetry.journal import JournalRecord, JournalWriter
 
 MODES = ("off", "none", "every_line")
 

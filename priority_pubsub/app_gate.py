@@ -24,8 +24,8 @@ from priority_pubsub.backpressure import AimdLimiter
 from priority_pubsub.circuit import BreakerState, CircuitBreaker
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.metrics import Metrics
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.telemetry.metrics import Metrics
 
 Clock = Callable[[], float]
 REMEMBERED_MESSAGES = 100_000

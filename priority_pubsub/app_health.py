@@ -21,8 +21,8 @@ import aiohttp
 from yarl import URL
 
 from priority_pubsub.core.redaction import SecretUrl
-from priority_pubsub.logs import get_logger
 from priority_pubsub.settings.config import AppConfig, HealthConfig
+from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 Clock = Callable[[], float]

@@ -171,8 +171,8 @@ def run(
 
     With --resources-path and --app-id (or a dapr: section) it reads the Dapr setup instead
     of queues: a daprd command line works with only the binary name changed."""
-    from priority_pubsub.logs import configure_logging
     from priority_pubsub.sidecar import Sidecar
+    from priority_pubsub.telemetry.logs import configure_logging
 
     loaded = _loaded(config, flags, reach_app=True)
     settings = loaded.settings
@@ -201,9 +201,9 @@ def run(
 async def _provision_at_start(settings: Settings) -> None:
     """``run --provision``: create what is missing; report drift and go on (as daprd's entity
     management, which creates but never rewrites an entity's settings)."""
-    from priority_pubsub.logs import get_logger
     from priority_pubsub.provision import Mode
     from priority_pubsub.provision import provision as provision_entities
+    from priority_pubsub.telemetry.logs import get_logger
 
     log = get_logger("priority_pubsub.provision")
     done = await provision_entities(settings, Mode())

@@ -18,10 +18,10 @@ from rich.live import Live
 from rich.table import Table
 
 from priority_pubsub.drivers.base import Publisher
-from priority_pubsub.logs import configure_logging
 from priority_pubsub.sample_app import Seen, start_app
 from priority_pubsub.settings.config import validate_config
 from priority_pubsub.sidecar import Sidecar
+from priority_pubsub.telemetry.logs import configure_logging
 
 QUEUES = ("tasks-high", "tasks-normal", "tasks-low")
 

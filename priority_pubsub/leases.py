@@ -13,8 +13,8 @@ import contextlib
 from priority_pubsub.core.errors import DriverError, LeaseLost
 from priority_pubsub.core.message import Message
 from priority_pubsub.drivers.base import Driver
-from priority_pubsub.logs import get_logger
-from priority_pubsub.observer import DeliveryObserver
+from priority_pubsub.telemetry.logs import get_logger
+from priority_pubsub.telemetry.observer import DeliveryObserver
 
 log = get_logger(__name__)
 

@@ -25,17 +25,17 @@ from priority_pubsub.core.errors import DriverError
 from priority_pubsub.delivery import Delivery
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
-from priority_pubsub.journal import JournalWriter
-from priority_pubsub.logs import get_logger
-from priority_pubsub.metrics import Metrics
-from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.receiver import Receiver
-from priority_pubsub.server import OpsServer
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.settings.plugins import build_driver
 from priority_pubsub.settler import Settler
-from priority_pubsub.tracing import build_tracer
-from priority_pubsub.watchdog import LoopWatchdog
+from priority_pubsub.telemetry.journal import JournalWriter
+from priority_pubsub.telemetry.logs import get_logger
+from priority_pubsub.telemetry.metrics import Metrics
+from priority_pubsub.telemetry.observer import DeliveryObserver
+from priority_pubsub.telemetry.server import OpsServer
+from priority_pubsub.telemetry.tracing import build_tracer
+from priority_pubsub.telemetry.watchdog import LoopWatchdog
 from priority_pubsub.worker import Worker
 
 log = get_logger(__name__)

@@ -20,12 +20,12 @@ from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.delivery import AppChannel, Delivery, NativeDelivery
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.leases import LeaseKeeper
-from priority_pubsub.logs import get_logger
-from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.settlement import admit
 from priority_pubsub.settler import Settler
-from priority_pubsub.tracing import NO_TRACE, NO_TRACING, AttemptTrace, DeliveryTracer
+from priority_pubsub.telemetry.logs import get_logger
+from priority_pubsub.telemetry.observer import DeliveryObserver
+from priority_pubsub.telemetry.tracing import NO_TRACE, NO_TRACING, AttemptTrace, DeliveryTracer
 from priority_pubsub.transforms.base import Payload, TransformChain
 
 log = get_logger("priority_pubsub.delivery")

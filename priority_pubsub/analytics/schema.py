@@ -1,4 +1,4 @@
-"""The Spark schema of the journal, derived from ``priority_pubsub.journal.JOURNAL_FIELDS``.
+"""The Spark schema of the journal, derived from ``telemetry.journal.JOURNAL_FIELDS``.
 
 The journal's fields are declared once, in ``journal.py``; this module only maps their types
 to Spark types and adds the column Spark fills with lines it cannot parse. The report refers
@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from priority_pubsub.core.outcome import FINAL_KINDS, Kind
-from priority_pubsub.journal import JOURNAL_FIELDS, READABLE_VERSIONS, SCHEMA_VERSION
-from priority_pubsub.journal import OUTCOMES as RECORD_OUTCOMES
+from priority_pubsub.telemetry.journal import JOURNAL_FIELDS, READABLE_VERSIONS, SCHEMA_VERSION
+from priority_pubsub.telemetry.journal import OUTCOMES as RECORD_OUTCOMES
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType

@@ -29,9 +29,9 @@ from priority_pubsub.dapr.discovery import AppNotAnswering
 from priority_pubsub.dapr.routing import Rule
 from priority_pubsub.dapr.subscriptions import APP_SOURCE, Subscription, from_app
 from priority_pubsub.delivery import Prepared
-from priority_pubsub.logs import get_logger
 from priority_pubsub.settings.config import AppConfig
 from priority_pubsub.settings.grpc_address import grpc_target
+from priority_pubsub.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
     import grpc

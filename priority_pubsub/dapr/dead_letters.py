@@ -21,7 +21,7 @@ from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.dapr.delivery import DaprDelivery
 from priority_pubsub.drivers.base import Driver, DriverOptions
-from priority_pubsub.logs import get_logger
+from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.transforms.base import Payload
 
 log = get_logger(__name__)

@@ -15,7 +15,7 @@ import urllib.request
 from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import ConfigError, PriorityPubsubError
 from priority_pubsub.dapr.subscriptions import APP_SOURCE, Subscription, from_app
-from priority_pubsub.logs import get_logger
+from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 SUBSCRIBE_PATH = "/dapr/subscribe"

@@ -9,8 +9,8 @@ import asyncio
 from priority_pubsub.dapr.dead_letters import DeadLetterTopics
 from priority_pubsub.dapr.delivery import DaprDelivery
 from priority_pubsub.dapr.plan import DaprPlan
-from priority_pubsub.logs import get_logger
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger("priority_pubsub.dapr")
 

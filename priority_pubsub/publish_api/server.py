@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from priority_pubsub.core.errors import ConfigError
-from priority_pubsub.logs import get_logger
 from priority_pubsub.publish_api.service import ComponentSink, PublishService, QueueSink, Sink
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.settings.publish_api import PublishApiConfig
+from priority_pubsub.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
     from priority_pubsub.dapr.plan import DaprPlan

@@ -13,7 +13,6 @@ from typing import Any, Protocol
 
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.drivers.base import Driver, Publisher
-from priority_pubsub.logs import get_logger
 from priority_pubsub.publish_api import errors
 from priority_pubsub.publish_api.envelope import (
     CLOUDEVENT_JSON,
@@ -25,6 +24,7 @@ from priority_pubsub.publish_api.envelope import (
     is_raw_payload,
     serialise,
 )
+from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger("priority_pubsub.publish_api")
 

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from priority_pubsub.core.errors import TransformError, TransformUnavailable
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.logs import get_logger
+from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.transforms.base import Payload
 
 if TYPE_CHECKING:

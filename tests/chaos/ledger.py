@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from priority_pubsub.journal import read_journal_lines
+from priority_pubsub.telemetry.journal import read_journal_lines
 from tests.e2e.helpers import queue_rows
 from tests.support.app import Received
 

@@ -6,7 +6,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from priority_pubsub.journal import JournalRecord
+from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark.journals import HOUR_MS
 
 Key = tuple[str, int, int]  # queue, priority, hour start (epoch ms)

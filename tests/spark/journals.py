@@ -10,7 +10,7 @@ import gzip
 from collections.abc import Iterable
 from pathlib import Path
 
-from priority_pubsub.journal import JournalRecord
+from priority_pubsub.telemetry.journal import JournalRecord
 
 T0 = 1_714_521_600_000  # 2024-05-01T00:00:00Z
 HOUR_MS = 3_600_000

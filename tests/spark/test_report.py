@@ -12,7 +12,7 @@ import pytest
 
 from priority_pubsub.analytics.load import load
 from priority_pubsub.analytics.report import ReportSummary, main, run_report, to_epoch_ms
-from priority_pubsub.journal import JournalRecord
+from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import pytest
 
 from priority_pubsub.analytics import tables as T
 from priority_pubsub.analytics.load import load
-from priority_pubsub.journal import JournalRecord
+from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import pytest
 from priority_pubsub.analytics import capacity as cap
 from priority_pubsub.analytics.starvation import collect_rows, starvation
 from priority_pubsub.analytics.tables import fine_groups, with_derived
-from priority_pubsub.journal import JournalRecord
+from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals
 
 if TYPE_CHECKING:

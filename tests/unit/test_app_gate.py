@@ -15,8 +15,8 @@ from priority_pubsub.cloudevent import AppRequest
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.forwarder import Forwarder, classify
-from priority_pubsub.metrics import Metrics
 from priority_pubsub.settings.config import validate_config
+from priority_pubsub.telemetry.metrics import Metrics
 from tests.support.servers import free_port
 from tests.unit.test_app_channel_guards import FakeClock
 

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.dispatcher import Dispatcher
-from priority_pubsub.metrics import Metrics
-from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.scheduler import share_by_weight
 from priority_pubsub.settings.config import Settings, validate_config
 from priority_pubsub.settler import Settler
+from priority_pubsub.telemetry.metrics import Metrics
+from priority_pubsub.telemetry.observer import DeliveryObserver
 
 NAMES = ("high", "normal", "low")
 WEIGHTS = (6, 3, 1)

@@ -13,12 +13,12 @@ import pytest
 from priority_pubsub.core.errors import DriverUnavailable
 from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.dispatcher import Dispatcher
-from priority_pubsub.journal import JournalWriter, read_journal_lines
-from priority_pubsub.metrics import Metrics
-from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.receiver import Receiver
 from priority_pubsub.settings.config import Settings, validate_config
 from priority_pubsub.settler import Settler
+from priority_pubsub.telemetry.journal import JournalWriter, read_journal_lines
+from priority_pubsub.telemetry.metrics import Metrics
+from priority_pubsub.telemetry.observer import DeliveryObserver
 
 
 class FakeDriver:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from priority_pubsub.journal import (
+from priority_pubsub.telemetry.journal import (
     JOURNAL_FIELDS,
     SCHEMA_VERSION,
     FsyncPolicy,

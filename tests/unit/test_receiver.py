@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 from priority_pubsub.app_gate import AppGate
 from priority_pubsub.core.message import Lease, Message, now_ms
-from priority_pubsub.metrics import Metrics
-from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.receiver import Receiver
 from priority_pubsub.settings.config import validate_config
+from priority_pubsub.telemetry.metrics import Metrics
+from priority_pubsub.telemetry.observer import DeliveryObserver
 
 
 class FakeDispatcher:

@@ -11,7 +11,7 @@ from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.settings.config import Settings, TracingConfig, validate_config
-from priority_pubsub.tracing import NO_TRACING, _parent_carrier, build_tracer
+from priority_pubsub.telemetry.tracing import NO_TRACING, _parent_carrier, build_tracer
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"
 

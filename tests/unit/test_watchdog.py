@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from priority_pubsub.watchdog import LoopWatchdog
+from priority_pubsub.telemetry.watchdog import LoopWatchdog
 
 
 async def test_blocked_loop_is_reported_and_recovers() -> None:

@@ -12,11 +12,11 @@ from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLos
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.forwarder import Forwarder
-from priority_pubsub.journal import JournalWriter, read_journal_lines
-from priority_pubsub.metrics import Metrics
-from priority_pubsub.observer import DeliveryObserver
 from priority_pubsub.settings.config import validate_config
 from priority_pubsub.settler import Settler
+from priority_pubsub.telemetry.journal import JournalWriter, read_journal_lines
+from priority_pubsub.telemetry.metrics import Metrics
+from priority_pubsub.telemetry.observer import DeliveryObserver
 from priority_pubsub.transforms.base import Payload, TransformChain
 from priority_pubsub.worker import Worker
 

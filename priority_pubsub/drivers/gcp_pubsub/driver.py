@@ -81,7 +81,7 @@ from priority_pubsub.drivers.base import (
 )
 from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.gcp_pubsub.names import is_path, map_error, resource_path
-from priority_pubsub.logs import get_logger
+from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 T = TypeVar("T")

@@ -72,7 +72,7 @@ from priority_pubsub.drivers.rabbitmq.wire import (
     new_message,
     read_delivery,
 )
-from priority_pubsub.logs import get_logger
+from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 RENEW_FRACTION = 0.5

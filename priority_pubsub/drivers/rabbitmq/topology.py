@@ -31,7 +31,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, ExchangeType
 
 from priority_pubsub.core.errors import DriverError
-from priority_pubsub.logs import get_logger
+from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -96,7 +96,7 @@ from priority_pubsub.drivers.base import (
     own_options,
 )
 from priority_pubsub.drivers.redis import scripts as redis_scripts
-from priority_pubsub.logs import get_logger
+from priority_pubsub.telemetry.logs import get_logger
 
 __all__ = ["RedisDriver", "RedisLease", "RedisOptions", "connection_options", "map_error"]
 

@@ -24,7 +24,7 @@ from typing import Literal
 
 from priority_pubsub.core.message import now_ms
 from priority_pubsub.core.outcome import Kind
-from priority_pubsub.logs import get_logger
+from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 FsyncPolicy = Literal["none", "every_line"]

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from priority_pubsub.logs import get_logger
 from priority_pubsub.settings.config import ServerConfig
+from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -29,8 +29,8 @@ from priority_pubsub.cloudevent import AppRequest
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.logs import get_logger
 from priority_pubsub.settings.config import Settings, TracingConfig
+from priority_pubsub.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.outcome import Kind
-from priority_pubsub.journal import JournalRecord, JournalWriter
-from priority_pubsub.logs import get_logger
-from priority_pubsub.metrics import Metrics
+from priority_pubsub.telemetry.journal import JournalRecord, JournalWriter
+from priority_pubsub.telemetry.logs import get_logger
+from priority_pubsub.telemetry.metrics import Metrics
 
 log = get_logger("priority_pubsub.delivery")
 

@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from priority_pubsub.logs import get_logger
+from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 
