@@ -291,7 +291,7 @@ def publish(
     )] = None,
 ) -> None:
     """Publish through the configured driver (body from --data, --file or stdin)."""
-    from priority_pubsub.cloudevent_check import cloudevent_problem
+    from priority_pubsub.app.cloudevent_check import cloudevent_problem
     from priority_pubsub.ops import publish_messages
 
     settings = _settings(config)

@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from priority_pubsub.app_health import build_probe
+from priority_pubsub.app.health import build_probe
 from priority_pubsub.core.errors import ConfigError, DriverError
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_ATTRIBUTES,

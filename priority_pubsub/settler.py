@@ -9,11 +9,11 @@ deliver the message again when its lease ends.
 
 from __future__ import annotations
 
+from priority_pubsub.app.request import DropHandler
 from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import DriverError, LeaseLost
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.delivery import DropHandler
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.settlement import Settlement, Verb, plan_settlement

@@ -18,11 +18,11 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from priority_pubsub.app_channel import build_channel
-from priority_pubsub.app_gate import AppGate
+from priority_pubsub.app.channel import build_channel
+from priority_pubsub.app.gate import AppGate
+from priority_pubsub.app.request import Delivery
 from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import DriverError
-from priority_pubsub.delivery import Delivery
 from priority_pubsub.dispatcher import Dispatcher
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
 from priority_pubsub.receiver import Receiver

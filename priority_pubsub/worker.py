@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from priority_pubsub.app_gate import AppGate
+from priority_pubsub.app.gate import AppGate
+from priority_pubsub.app.request import AppChannel, Delivery, NativeDelivery
 from priority_pubsub.core.errors import TransformError
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.delivery import AppChannel, Delivery, NativeDelivery
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.leases import LeaseKeeper
 from priority_pubsub.settings.config import Settings

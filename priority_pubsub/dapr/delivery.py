@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from priority_pubsub.cloudevent import (
+from priority_pubsub.app.cloudevent import (
     CLOUDEVENT_CONTENT_TYPE,
     AppRequest,
     header_safe,
     is_expired,
     metadata_headers,
 )
+from priority_pubsub.app.request import Prepared, Target
 from priority_pubsub.core import json_text
 from priority_pubsub.core.errors import TransformError
 from priority_pubsub.core.message import Message
@@ -39,7 +40,6 @@ from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.dapr.plan import DaprPlan
 from priority_pubsub.dapr.routing import RoutingError, app_path, choose_path
 from priority_pubsub.dapr.subscriptions import Subscription
-from priority_pubsub.delivery import Prepared, Target
 from priority_pubsub.settings.config import AppConfig
 from priority_pubsub.transforms.base import Payload
 

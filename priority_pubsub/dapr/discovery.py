@@ -29,7 +29,7 @@ def app_subscriptions(app_url: str, app_id: str, timeout_s: float) -> list[Subsc
     """The app's programmatic subscriptions over its channel: HTTP ``GET /dapr/subscribe``,
     or gRPC ``ListTopicSubscriptions`` for a ``grpc://`` app."""
     if app_url.startswith("grpc://"):
-        from priority_pubsub.app_channel.grpc import list_topic_subscriptions
+        from priority_pubsub.app.channel.grpc import list_topic_subscriptions
 
         return list_topic_subscriptions(app_url, timeout_s)
     return fetch_app_subscriptions(app_url, app_id, timeout_s)

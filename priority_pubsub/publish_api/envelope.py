@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from priority_pubsub.app_channel.envelope import is_text_type, media_type
+from priority_pubsub.app.channel.envelope import is_text_type, media_type
 from priority_pubsub.dapr.delivery import go_json
 
 EVENT_TYPE = "com.dapr.event.sent"

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 import structlog
 
-from priority_pubsub.app_health import HealthState, OutageLog, probe_url
-from priority_pubsub.backpressure import AimdLimiter, parse_retry_after
-from priority_pubsub.circuit import BreakerState, CircuitBreaker
+from priority_pubsub.app.backpressure import AimdLimiter, parse_retry_after
+from priority_pubsub.app.circuit import BreakerState, CircuitBreaker
+from priority_pubsub.app.health import HealthState, OutageLog, probe_url
 from priority_pubsub.core.redaction import SecretUrl, mask_url
 
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from priority_pubsub.app_gate import AppGate
-from priority_pubsub.cloudevent import AppRequest
+from priority_pubsub.app.cloudevent import AppRequest
+from priority_pubsub.app.forwarder import Forwarder, classify
+from priority_pubsub.app.gate import AppGate
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.forwarder import Forwarder, classify
 from priority_pubsub.settings.config import validate_config
 from priority_pubsub.telemetry.metrics import Metrics
 from tests.support.servers import free_port

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from priority_pubsub.app.forwarder import classify
+from priority_pubsub.app.request import Prepared
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.core.outcome import Kind, Outcome
@@ -20,8 +22,6 @@ from priority_pubsub.dapr.manifests import load_manifests
 from priority_pubsub.dapr.naming import aws_sanitized
 from priority_pubsub.dapr.plan import DaprPlan, build_plan
 from priority_pubsub.dapr.subscriptions import from_app, merge
-from priority_pubsub.delivery import Prepared
-from priority_pubsub.forwarder import classify
 from priority_pubsub.settings.config import AppConfig
 from priority_pubsub.settings.dapr import DaprConfig
 from priority_pubsub.transforms.base import Payload

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from priority_pubsub.app_gate import AppGate
+from priority_pubsub.app.gate import AppGate
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.receiver import Receiver
 from priority_pubsub.settings.config import validate_config

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from priority_pubsub.app.forwarder import Forwarder
 from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.core.outcome import Outcome
-from priority_pubsub.forwarder import Forwarder
 from priority_pubsub.settings.config import validate_config
 from priority_pubsub.settler import Settler
 from priority_pubsub.telemetry.journal import JournalWriter, read_journal_lines
@@ -100,7 +100,7 @@ async def test_an_internal_error_retries_then_dead_letters(
     def explode(*_: object, **__: object) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("priority_pubsub.delivery.build_request", explode)
+    monkeypatch.setattr("priority_pubsub.app.request.build_request", explode)
     await subject.handle(message(attempt))
     assert len(driver.calls) == 1
     if expected == "dead_letter":

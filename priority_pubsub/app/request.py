@@ -2,7 +2,7 @@
 two delivery modes — native (CloudEvent wrapping and the other conveniences of
 ``cloudevent.build_request``) and Dapr (``priority_pubsub.dapr.delivery``: exactly what
 daprd sends) — and, after it, the app channel that carries the request (HTTP, or gRPC's
-``AppCallback``: ``priority_pubsub.app_channel``).
+``AppCallback``: ``priority_pubsub.app.channel``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from priority_pubsub.cloudevent import AppRequest, build_request, is_expired
+from priority_pubsub.app.cloudevent import AppRequest, build_request, is_expired
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.settings.config import Settings

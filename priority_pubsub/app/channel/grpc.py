@@ -22,13 +22,13 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from priority_pubsub.app_channel.envelope import EnvelopeError, grpc_metadata, topic_event_request
-from priority_pubsub.app_health import NOT_REACHABLE
+from priority_pubsub.app.channel.envelope import EnvelopeError, grpc_metadata, topic_event_request
+from priority_pubsub.app.health import NOT_REACHABLE
+from priority_pubsub.app.request import Prepared
 from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.dapr.discovery import AppNotAnswering
 from priority_pubsub.dapr.routing import Rule
 from priority_pubsub.dapr.subscriptions import APP_SOURCE, Subscription, from_app
-from priority_pubsub.delivery import Prepared
 from priority_pubsub.settings.config import AppConfig
 from priority_pubsub.settings.grpc_address import grpc_target
 from priority_pubsub.telemetry.logs import get_logger

@@ -19,9 +19,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
-from priority_pubsub.app_health import HealthState, OutageLog, Probe, build_probe
-from priority_pubsub.backpressure import AimdLimiter
-from priority_pubsub.circuit import BreakerState, CircuitBreaker
+from priority_pubsub.app.backpressure import AimdLimiter
+from priority_pubsub.app.circuit import BreakerState, CircuitBreaker
+from priority_pubsub.app.health import HealthState, OutageLog, Probe, build_probe
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.settings.config import Settings

@@ -1,11 +1,11 @@
 """App channels: how a prepared request reaches the app — HTTP (``forwarder.Forwarder``) or
 gRPC (``grpc.GrpcAppChannel``, Dapr's ``AppCallback``), chosen by ``app.url``'s scheme. Both
-sit behind the same seam (``delivery.AppChannel``), so leases, timeouts, health gating and
+sit behind the same seam (``app.request.AppChannel``), so leases, timeouts, health gating and
 every settle rule apply to both alike."""
 
 from __future__ import annotations
 
-from priority_pubsub.delivery import AppChannel
+from priority_pubsub.app.request import AppChannel
 from priority_pubsub.settings.config import Settings
 
 
@@ -14,9 +14,9 @@ def build_channel(settings: Settings) -> AppChannel:
         from priority_pubsub.settings.grpc_address import require_grpc_extra
 
         require_grpc_extra("app.url grpc://")
-        from priority_pubsub.app_channel.grpc import GrpcAppChannel
+        from priority_pubsub.app.channel.grpc import GrpcAppChannel
 
         return GrpcAppChannel(settings.app)
-    from priority_pubsub.forwarder import Forwarder
+    from priority_pubsub.app.forwarder import Forwarder
 
     return Forwarder(settings.app, settings.concurrency, exact_status=settings.dapr is not None)

@@ -22,8 +22,8 @@ import binascii
 import re
 from typing import TYPE_CHECKING, Any
 
+from priority_pubsub.app.request import Prepared, Target
 from priority_pubsub.dapr.delivery import go_json
-from priority_pubsub.delivery import Prepared, Target
 
 if TYPE_CHECKING:
     from dapr.proto.runtime.v1.appcallback_pb2 import TopicEventRequest

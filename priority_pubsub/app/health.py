@@ -63,7 +63,7 @@ class GrpcProbe:
         self._strict = strict
 
     async def check(self) -> str | None:
-        from priority_pubsub.app_channel.grpc import app_callback_health
+        from priority_pubsub.app.channel.grpc import app_callback_health
 
         return await app_callback_health(self._app_url, self._timeout_s,
                                          unimplemented_ok=not self._strict)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 from cloudevents.core.exceptions import BaseCloudEventException
 
-from priority_pubsub.app_channel.envelope import media_type
-from priority_pubsub.cloudevent import CLOUDEVENT_CONTENT_TYPE
+from priority_pubsub.app.channel.envelope import media_type
+from priority_pubsub.app.cloudevent import CLOUDEVENT_CONTENT_TYPE
 from priority_pubsub.core.json_text import JsonUnreadable, parse
 
 
