@@ -23,12 +23,13 @@ from priority_pubsub.app.gate import AppGate
 from priority_pubsub.app.request import Delivery
 from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import DriverError
-from priority_pubsub.dispatcher import Dispatcher
+from priority_pubsub.delivery.dispatcher import Dispatcher
+from priority_pubsub.delivery.receiver import Receiver
+from priority_pubsub.delivery.settler import Settler
+from priority_pubsub.delivery.worker import Worker
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
-from priority_pubsub.receiver import Receiver
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.settings.plugins import build_driver
-from priority_pubsub.settler import Settler
 from priority_pubsub.telemetry.journal import JournalWriter
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.metrics import Metrics
@@ -36,7 +37,6 @@ from priority_pubsub.telemetry.observer import DeliveryObserver
 from priority_pubsub.telemetry.server import OpsServer
 from priority_pubsub.telemetry.tracing import build_tracer
 from priority_pubsub.telemetry.watchdog import LoopWatchdog
-from priority_pubsub.worker import Worker
 
 log = get_logger(__name__)
 

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.spark
 
 PROBE = """
 import sys
-import priority_pubsub.cli, priority_pubsub.sidecar, priority_pubsub.worker
+import priority_pubsub.cli, priority_pubsub.sidecar, priority_pubsub.delivery.worker
 assert "priority_pubsub.analytics" not in sys.modules, "the sidecar imported the report"
 import priority_pubsub.analytics.report
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "py4j"))

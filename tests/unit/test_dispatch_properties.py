@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from priority_pubsub.core.message import Lease, Message
-from priority_pubsub.dispatcher import Dispatcher
-from priority_pubsub.scheduler import share_by_weight
+from priority_pubsub.delivery.dispatcher import Dispatcher
+from priority_pubsub.delivery.scheduler import share_by_weight
+from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.settings.config import Settings, validate_config
-from priority_pubsub.settler import Settler
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver
 

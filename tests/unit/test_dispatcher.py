@@ -12,10 +12,10 @@ import pytest
 
 from priority_pubsub.core.errors import DriverUnavailable
 from priority_pubsub.core.message import Lease, Message
-from priority_pubsub.dispatcher import Dispatcher
-from priority_pubsub.receiver import Receiver
+from priority_pubsub.delivery.dispatcher import Dispatcher
+from priority_pubsub.delivery.receiver import Receiver
+from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.settings.config import Settings, validate_config
-from priority_pubsub.settler import Settler
 from priority_pubsub.telemetry.journal import JournalWriter, read_journal_lines
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from priority_pubsub.app.gate import AppGate
 from priority_pubsub.core.message import Lease, Message, now_ms
-from priority_pubsub.receiver import Receiver
+from priority_pubsub.delivery.receiver import Receiver
 from priority_pubsub.settings.config import validate_config
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver

@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from priority_pubsub.scheduler import plan
+from priority_pubsub.delivery.scheduler import plan
 
 
 def test_strict_offers_all_slots_in_priority_order_skipping_empties() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from priority_pubsub.core.outcome import Kind, Outcome
+from priority_pubsub.delivery.settlement import Settlement, Verb, admit, plan_settlement
 from priority_pubsub.settings.config import RetryConfig
-from priority_pubsub.settlement import Settlement, Verb, admit, plan_settlement
 
 POLICY = RetryConfig(max_attempts=3, initial_delay_s=2, max_delay_s=5)
 

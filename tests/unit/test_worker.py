@@ -12,13 +12,13 @@ from priority_pubsub.app.forwarder import Forwarder
 from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.core.outcome import Outcome
+from priority_pubsub.delivery.settler import Settler
+from priority_pubsub.delivery.worker import Worker
 from priority_pubsub.settings.config import validate_config
-from priority_pubsub.settler import Settler
 from priority_pubsub.telemetry.journal import JournalWriter, read_journal_lines
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver
 from priority_pubsub.transforms.base import Payload, TransformChain
-from priority_pubsub.worker import Worker
 
 
 class RecordingDriver:

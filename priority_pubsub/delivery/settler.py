@@ -14,9 +14,9 @@ from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import DriverError, LeaseLost
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Kind, Outcome
+from priority_pubsub.delivery.settlement import Settlement, Verb, plan_settlement
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.settings.config import Settings
-from priority_pubsub.settlement import Settlement, Verb, plan_settlement
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver, Settled
 from priority_pubsub.telemetry.tracing import NO_TRACE, AttemptTrace

@@ -25,11 +25,11 @@ from collections.abc import Callable
 from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.core.message import Message
-from priority_pubsub.dispatcher import Dispatcher
+from priority_pubsub.delivery.dispatcher import Dispatcher
+from priority_pubsub.delivery.worker import Worker
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver
-from priority_pubsub.worker import Worker
 
 log = get_logger("priority_pubsub.sidecar")
 PAUSED_REASON = "receiver paused: returned unseen"

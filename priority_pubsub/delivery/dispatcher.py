@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.core.message import Message
+from priority_pubsub.delivery.scheduler import plan, share_by_weight
+from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.drivers.base import Driver
-from priority_pubsub.scheduler import plan, share_by_weight
 from priority_pubsub.settings.config import Settings
-from priority_pubsub.settler import Settler
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver
 

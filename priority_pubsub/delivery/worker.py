@@ -18,11 +18,11 @@ from priority_pubsub.app.request import AppChannel, Delivery, NativeDelivery
 from priority_pubsub.core.errors import TransformError
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
+from priority_pubsub.delivery.leases import LeaseKeeper
+from priority_pubsub.delivery.settlement import admit
+from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.drivers.base import Driver
-from priority_pubsub.leases import LeaseKeeper
 from priority_pubsub.settings.config import Settings
-from priority_pubsub.settlement import admit
-from priority_pubsub.settler import Settler
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver
 from priority_pubsub.telemetry.tracing import NO_TRACE, NO_TRACING, AttemptTrace, DeliveryTracer
