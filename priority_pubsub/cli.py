@@ -228,7 +228,7 @@ def check(
     """Validate the config, reach the driver and the app, print the config (secrets masked).
 
     In Dapr mode also check every subscription's routes against the app."""
-    from priority_pubsub.ops import check_reachability
+    from priority_pubsub.commands.ops import check_reachability
 
     loaded = _loaded(config, flags, reach_app=not offline)
     settings = loaded.settings
@@ -292,7 +292,7 @@ def publish(
 ) -> None:
     """Publish through the configured driver (body from --data, --file or stdin)."""
     from priority_pubsub.app.cloudevent_check import cloudevent_problem
-    from priority_pubsub.ops import publish_messages
+    from priority_pubsub.commands.ops import publish_messages
 
     settings = _settings(config)
     if data is not None and file is not None:
@@ -339,7 +339,7 @@ def stats(
 ) -> None:
     """Per queue: visible, in flight, delayed, dead-lettered, oldest age ("unknown" if the
     broker cannot tell)."""
-    from priority_pubsub.ops import collect_stats, render_stats_table
+    from priority_pubsub.commands.ops import collect_stats, render_stats_table
 
     settings = _settings(config)
     report = _run_reporting(collect_stats(settings))
@@ -362,7 +362,7 @@ def requeue(
     Safe to interrupt: each message is published to --to before it is deleted from --from,
     so an interruption can leave a message in both queues, never in neither.
     """
-    from priority_pubsub.ops import requeue_messages
+    from priority_pubsub.commands.ops import requeue_messages
 
     settings = _settings(config)
     moved = _run_reporting(requeue_messages(settings, from_queue, to_queue, limit))
@@ -375,7 +375,7 @@ def demo(
     task_ms: Annotated[int, typer.Option(min=0, help="How long the sample app works.")] = 150,
 ) -> None:
     """The tour: sidecar + bundled sample app + a mixed-priority burst, shown live."""
-    from priority_pubsub.demo import run_demo
+    from priority_pubsub.commands.demo import run_demo
 
     _run_reporting(run_demo(messages=messages, task_ms=task_ms))
 

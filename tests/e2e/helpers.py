@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from priority_pubsub.ops import publish_messages
+from priority_pubsub.commands.ops import publish_messages
 from priority_pubsub.settings.config import load_config
 from tests.support.app import Received, RecordingApp
 from tests.support.sidecar import SidecarProcess, cli, start_sidecar

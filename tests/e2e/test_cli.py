@@ -188,7 +188,7 @@ def test_readme_hand_run_on_the_repo_config_with_the_sample_app(tmp_path: Path) 
     config["driver"]["path"] = str(tmp_path / "queues.db")
     config["journal"]["path"] = str(tmp_path / "journal")
     config["app"]["url"] = f"http://127.0.0.1:{app_port}/tasks"
-    app = subprocess.Popen([sys.executable, "-m", "priority_pubsub.sample_app",
+    app = subprocess.Popen([sys.executable, "-m", "priority_pubsub.commands.sample_app",
                             "--port", str(app_port), "--task-ms", "10"])
     sidecar = SidecarProcess(tmp_path, config)
     try:

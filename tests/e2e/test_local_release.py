@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from priority_pubsub.ops import open_driver
+from priority_pubsub.commands.ops import open_driver
 from priority_pubsub.settings.config import load_config
 from tests.e2e.helpers import journal_records, queue_rows, samples, wait_until
 from tests.support.app import RecordingApp

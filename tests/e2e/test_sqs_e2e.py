@@ -11,9 +11,9 @@ from typing import ClassVar
 
 import pytest
 
+from priority_pubsub.commands.ops import open_driver
 from priority_pubsub.core.message import Message
 from priority_pubsub.drivers.sqs.driver import dapr_cloudevent
-from priority_pubsub.ops import open_driver
 from priority_pubsub.settings.config import load_config
 from tests.e2e.helpers import journal_records, wait_until
 from tests.e2e.scenarios import SidecarScenarios

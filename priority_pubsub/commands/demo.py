@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from priority_pubsub.commands.sample_app import Seen, start_app
 from priority_pubsub.drivers.base import Publisher
-from priority_pubsub.sample_app import Seen, start_app
 from priority_pubsub.settings.config import validate_config
 from priority_pubsub.sidecar import Sidecar
 from priority_pubsub.telemetry.logs import configure_logging

@@ -49,8 +49,8 @@ async def start_app(task_ms: int, seen: Seen, host: str = "127.0.0.1") -> tuple[
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m priority_pubsub.sample_app``: the sample app alone, on the port the repo's
-    ``config.yaml`` delivers to, for running the sidecar by hand next to it."""
+    """``python -m priority_pubsub.commands.sample_app``: the sample app alone, on the port the
+    repo's ``config.yaml`` delivers to, for running the sidecar by hand next to it."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)
