@@ -34,8 +34,8 @@ from bench.loops import run_sidecar
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.gcp_pubsub.driver import PubSubDriver
+from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.drivers.sqs.driver import SqsDriver
-from priority_pubsub.settings.plugins import build_driver
 
 BROKERS = {"sqs": "moto server", "gcp_pubsub": "Google's Pub/Sub emulator",
            "redis": "redis-server (own)", "rabbitmq": "rabbitmq-server (private)"}

@@ -63,7 +63,7 @@ from bench.common import (
 from bench.counting import WHERE, counter_for
 from priority_pubsub.drivers.base import Publisher
 from priority_pubsub.drivers.local.driver import LocalDriver
-from priority_pubsub.settings.plugins import build_driver
+from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.sidecar import Sidecar
 
 QUEUES = ["high", "normal", "low"]

@@ -37,7 +37,7 @@ from bench.common import (
 from bench.loops import Probe, client_session, to_request
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.local.driver import LocalDriver
-from priority_pubsub.settings.plugins import build_driver
+from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.sidecar import Sidecar
 
 Feed = Callable[[Driver], Awaitable[None]]

@@ -22,8 +22,8 @@ import aiohttp
 from priority_pubsub.app.cloudevent import AppRequest, build_request
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.drivers.base import Driver
+from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.settings.config import Settings
-from priority_pubsub.settings.plugins import build_driver
 from priority_pubsub.sidecar import Sidecar
 from priority_pubsub.transforms.base import Payload
 

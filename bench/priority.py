@@ -40,7 +40,7 @@ from bench.common import (
 )
 from bench.loops import Probe, run_sidecar
 from priority_pubsub.drivers.local.driver import LocalDriver
-from priority_pubsub.settings.plugins import build_driver
+from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.sidecar import Sidecar
 
 

@@ -28,8 +28,8 @@ from priority_pubsub.delivery.receiver import Receiver
 from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.delivery.worker import Worker
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
+from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.settings.config import Settings
-from priority_pubsub.settings.plugins import build_driver
 from priority_pubsub.telemetry.journal import JournalWriter
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.metrics import Metrics

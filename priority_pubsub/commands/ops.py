@@ -21,8 +21,8 @@ from priority_pubsub.drivers.base import (
     Publisher,
     StoreProbe,
 )
+from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.settings.config import Settings
-from priority_pubsub.settings.plugins import build_driver
 
 STATS_VERSION = 1
 

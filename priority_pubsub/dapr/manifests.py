@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from priority_pubsub.core.errors import ConfigError
-
-DAPR_API_GROUP = "dapr.io/"
+from priority_pubsub.settings.dapr import DAPR_API_GROUP
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,24 +148,6 @@ def string_list(value: object, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{where}: must be a list of strings")
     return tuple(value)
-
-
-def dapr_manifest_kind(path: Path) -> str | None:
-    """The kind when ``path`` holds a Dapr manifest (e.g. given as ``-c`` by mistake)."""
-    try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:4096]
-    except OSError:
-        return None
-    api_version = kind = None
-    for line in head.splitlines():
-        key, _, value = line.partition(":")
-        if key == "apiVersion":
-            api_version = value.strip().strip("'\"")
-        elif key == "kind":
-            kind = value.strip().strip("'\"")
-    if api_version and api_version.startswith(DAPR_API_GROUP) and kind:
-        return kind
-    return None
 
 
 def _yaml() -> Any:

@@ -25,7 +25,7 @@ def report(plan: DaprPlan, warnings: tuple[str, ...]) -> None:
 
 
 async def run_dapr(settings: Settings, plan: DaprPlan) -> None:
-    from priority_pubsub.settings.plugins import build_driver
+    from priority_pubsub.drivers.registry import build_driver
     from priority_pubsub.sidecar import Sidecar
 
     entities = plan.kind.entities(plan.component, settings.driver.options())

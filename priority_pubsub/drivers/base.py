@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
+from pydantic import ValidationError, ValidationInfo
 
 from priority_pubsub.core.errors import ConfigError, DriverError
 from priority_pubsub.core.message import Lease, Message
+from priority_pubsub.settings.config import describe_validation_error
+from priority_pubsub.settings.driver import DriverContext, DriverOptions
 
 __all__ = [
     "CONTENT_TYPE_ATTRIBUTE",
@@ -71,18 +73,9 @@ OptionsT = TypeVar("OptionsT", bound="DriverOptions")
 T = TypeVar("T")
 
 
-class DriverOptions(BaseModel):
-    """Base of every driver's own options model (the keys under ``driver:`` besides ``type``).
-
-    ``extra="forbid"``: a misspelt driver key is an error naming ``driver.<key>``.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def own_options(options: DriverOptions, model: type[OptionsT]) -> OptionsT:
     """A driver's options as its own model: the core validates them with ``options_model``
-    (``plugins.build_driver``); a caller holding another model is re-validated, not trusted."""
+    (``registry.build_driver``); a caller holding another model is re-validated, not trusted."""
     if isinstance(options, model):
         return options
     return model.model_validate(options.model_dump())
@@ -158,31 +151,10 @@ def deployment(info: ValidationInfo) -> DriverContext | None:
 def check_options(options: DriverOptions, context: DriverContext) -> None:
     """Run an options model's cross-field checks against ``context``: ``load_config`` already
     did, a driver built directly (tests, embedding) gets the same one-line ``ConfigError``."""
-    from priority_pubsub.settings.config import describe_validation_error
-
     try:
         type(options).model_validate(options.model_dump(), context=context)
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc, prefix="driver")) from None
-
-
-@dataclass(frozen=True, slots=True)
-class DriverContext:
-    """What the core tells a driver about the deployment, beyond the driver's own options."""
-
-    queues: tuple[str, ...]
-    """Queue names, highest priority first: a queue's index is its priority (0 = highest)."""
-    dead_letter_queue: str | None = None
-    """``dead_letter.queue`` from the config, when set."""
-    lease_duration_s: float = 60.0
-    """The lease a receive should take; the lease keeper extends it by this much."""
-
-    def priority_of(self, queue: str) -> int:
-        """0 for the first configured queue; queues outside the list (a DLQ) rank last."""
-        try:
-            return self.queues.index(queue)
-        except ValueError:
-            return len(self.queues)
 
 
 @runtime_checkable
@@ -193,7 +165,7 @@ class Driver(Protocol):
     options_model: ClassVar[type[DriverOptions]]
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        """The one construction path: ``plugins.build_driver`` passes the validated options
+        """The one construction path: ``registry.build_driver`` passes the validated options
         (``own_options`` turns them into the driver's model) and the deployment context."""
 
     async def start(self) -> None:

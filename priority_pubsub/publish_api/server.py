@@ -24,7 +24,7 @@ def build_service(settings: Settings, plan: DaprPlan | None) -> PublishService:
     api = settings.publish_api
     assert api is not None
     if plan is None:
-        from priority_pubsub.settings.plugins import build_driver
+        from priority_pubsub.drivers.registry import build_driver
 
         sink: Sink = QueueSink(build_driver(settings), settings.queue_names)
         return PublishService(settings.app.pubsub_name, api.app_id, sink)

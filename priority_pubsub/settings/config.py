@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -26,12 +26,11 @@ from pydantic import (
 from priority_pubsub.core.backoff import compute_backoff
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.redaction import CredentialUrl, SecretUrl, remember_secrets, secret_values
-from priority_pubsub.settings.dapr import DaprConfig
+from priority_pubsub.settings.dapr import DaprConfig, dapr_manifest_kind
+from priority_pubsub.settings.driver import DriverContext, DriverOptions
 from priority_pubsub.settings.paths import anchor_relative_paths
+from priority_pubsub.settings.plugins import driver_options_model, instantiate_transform
 from priority_pubsub.settings.publish_api import PublishApiConfig
-
-if TYPE_CHECKING:
-    from priority_pubsub.drivers.base import DriverContext, DriverOptions
 
 ENV_PREFIX = "PRIORITY_PUBSUB"
 CONFIG_ENV = f"{ENV_PREFIX}_CONFIG"
@@ -293,8 +292,6 @@ class Settings(_Strict):
     def driver_context(self) -> DriverContext:
         """What the driver is told about the deployment (and what its options are checked
         against: lease limits, queue names)."""
-        from priority_pubsub.drivers.base import DriverContext
-
         return DriverContext(
             queues=self.queue_names,
             dead_letter_queue=self.dead_letter.queue if self.dead_letter else None,
@@ -372,8 +369,6 @@ read_config_file = _read_with_dynaconf
 
 
 def _refuse_dapr_manifest(config_path: Path) -> None:
-    from priority_pubsub.dapr.manifests import dapr_manifest_kind
-
     kind = dapr_manifest_kind(config_path)
     if kind is not None:
         raise ConfigError(
@@ -416,11 +411,9 @@ def _with_driver_options(settings: Settings) -> Settings:
     """Validate the driver's options against its model, with the deployment as validation
     context (cross-field checks such as lease limits live in the options model), and keep the
     validated model: ``settings.driver`` then holds validated values (secrets typed)."""
-    from priority_pubsub.settings.plugins import driver_class
-
-    cls = driver_class(settings.driver.type)
+    model = driver_options_model(settings.driver.type)
     try:
-        options = cls.options_model.model_validate(
+        options = model.model_validate(
             settings.driver.options(), context=settings.driver_context
         )
     except ValidationError as exc:
@@ -433,13 +426,12 @@ def _with_driver_options(settings: Settings) -> Settings:
 
 
 def _validate_transforms(settings: Settings) -> None:
-    from priority_pubsub.settings.plugins import transform_class
-    from priority_pubsub.transforms.base import build_transform
-
     for index, entry in enumerate(settings.transforms):
         try:
-            transform_class(entry if isinstance(entry, str) else entry.name)
-            build_transform(entry)
+            if isinstance(entry, str):
+                instantiate_transform(entry, {})
+            else:
+                instantiate_transform(entry.name, entry.options())
         except ValidationError as exc:
             raise ConfigError(describe_validation_error(exc, prefix=f"transforms.{index}")
                               ) from None

@@ -7,6 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+DAPR_API_GROUP = "dapr.io/"
+"""The API group of every Dapr manifest (``apiVersion: dapr.io/v1alpha1``)."""
+
 
 class DaprConfig(BaseModel):
     """Where the Dapr resources are and which app this sidecar serves.
@@ -42,3 +45,21 @@ class DaprConfig(BaseModel):
             if duplicated:
                 raise ValueError(f"topics listed twice: {duplicated}")
         return value
+
+
+def dapr_manifest_kind(path: Path) -> str | None:
+    """The kind when ``path`` holds a Dapr manifest (e.g. given as ``-c`` by mistake)."""
+    try:
+        head = path.read_text(encoding="utf-8", errors="replace")[:4096]
+    except OSError:
+        return None
+    api_version = kind = None
+    for line in head.splitlines():
+        key, _, value = line.partition(":")
+        if key == "apiVersion":
+            api_version = value.strip().strip("'\"")
+        elif key == "kind":
+            kind = value.strip().strip("'\"")
+    if api_version and api_version.startswith(DAPR_API_GROUP) and kind:
+        return kind
+    return None

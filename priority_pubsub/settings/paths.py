@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.settings.plugins import driver_options_model
 
 CORE_PATH_KEYS: tuple[tuple[str, str], ...] = (("journal", "path"), ("dapr", "resources_path"))
 """(section, key) of the core settings that hold filesystem paths (one, or a list)."""
@@ -46,12 +47,10 @@ def _anchored(value: Any, config_dir: Path) -> Any:
 
 def _driver_path_keys(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """The configured driver's ``Path``-typed options (its own model says which)."""
-    from priority_pubsub.settings.plugins import driver_class
-
     driver = raw.get("driver")
     kind = driver.get("type", "local") if isinstance(driver, dict) else "local"
     try:
-        model = driver_class(str(kind)).options_model
+        model = driver_options_model(str(kind))
     except ConfigError:
         return []  # reported, with the usual wording, when the config is validated
     return [("driver", name) for name, field in model.model_fields.items()

@@ -2,20 +2,22 @@
 
 Built-ins are registered in this distribution's own entry points, so third-party packages
 plug in the same way. A driver module (and its SDK) is imported only when configured.
+
+This is the lookup and the options check configuration needs, typed with what ``settings``
+knows (a driver's ``options_model``); ``drivers.registry`` gives the driver class its
+``Driver`` type and builds it, ``transforms.base.build_transform`` types a transform.
 """
 
 from __future__ import annotations
 
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
+
+from pydantic import BaseModel
 
 from priority_pubsub.core.errors import ConfigError
-
-if TYPE_CHECKING:
-    from priority_pubsub.drivers.base import Driver
-    from priority_pubsub.settings.config import Settings
-    from priority_pubsub.transforms.base import Transform
+from priority_pubsub.settings.driver import DriverOptions
 
 DRIVER_GROUP = "priority_pubsub.drivers"
 TRANSFORM_GROUP = "priority_pubsub.transforms"
@@ -42,30 +44,33 @@ def _load(group: str, kind: str, name: str) -> Any:
         ) from None
 
 
-def driver_class(name: str) -> type[Driver]:
+def load_driver(name: str) -> Any:
+    """The class registered as driver ``name`` (``drivers.registry.driver_class`` types it)."""
     try:
-        return cast("type[Driver]", _load(DRIVER_GROUP, "driver", name))
+        return _load(DRIVER_GROUP, "driver", name)
     except ConfigError as exc:
         raise ConfigError(f"driver.type: {exc}") from None
 
 
-def build_driver(settings: Settings) -> Driver:
-    """The configured driver, constructed the one way every driver is: validated options of
-    its own model plus the deployment context (used by the sidecar and every CLI command)."""
-    from priority_pubsub.drivers.base import DriverContext
-
-    cls = driver_class(settings.driver.type)
-    options = cls.options_model.model_validate(settings.driver.options())
-    context = DriverContext(
-        queues=settings.queue_names,
-        dead_letter_queue=settings.dead_letter.queue if settings.dead_letter else None,
-        lease_duration_s=settings.lease.duration_s,
-    )
-    return cls(options, context)
+def driver_options_model(name: str) -> type[DriverOptions]:
+    """The options model of driver ``name``: what ``driver:`` is validated against."""
+    return cast("type[DriverOptions]", load_driver(name).options_model)
 
 
-def transform_class(name: str) -> type[Transform]:
-    return cast("type[Transform]", _load(TRANSFORM_GROUP, "transform", name))
+def transform_class(name: str) -> Any:
+    return _load(TRANSFORM_GROUP, "transform", name)
+
+
+def instantiate_transform(name: str, options: dict[str, Any]) -> Any:
+    """An instance of transform ``name`` with its validated options (``ConfigError`` for
+    options given to a transform that takes none, ``ValidationError`` for bad ones)."""
+    cls: Any = transform_class(name)
+    model: type[BaseModel] | None = getattr(cls, "options_model", None)
+    if model is None:
+        if options:
+            raise ConfigError(f"transform {name!r} takes no options")
+        return cls()
+    return cls(model.model_validate(options))
 
 
 def available_drivers() -> list[str]:

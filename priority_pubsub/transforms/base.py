@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel
-
-from priority_pubsub.core.errors import ConfigError, TransformError, TransformUnavailable
+from priority_pubsub.core.errors import TransformError, TransformUnavailable
+from priority_pubsub.settings.plugins import instantiate_transform
 
 if TYPE_CHECKING:
     from priority_pubsub.core.outcome import Outcome
@@ -76,19 +75,10 @@ class PublishHook(Protocol):
 
 def build_transform(entry: str | TransformEntry) -> Transform | AsyncTransform:
     """An instance for a config entry: a plain name, or a name with options."""
-    from priority_pubsub.settings.plugins import transform_class
-
     name = entry if isinstance(entry, str) else entry.name
     options = {} if isinstance(entry, str) else entry.options()
-    cls: Any = transform_class(name)
-    model: type[BaseModel] | None = getattr(cls, "options_model", None)
-    if model is None:
-        if options:
-            raise ConfigError(f"transform {name!r} takes no options")
-        plain: Transform | AsyncTransform = cls()
-        return plain
-    configured: Transform | AsyncTransform = cls(model.model_validate(options))
-    return configured
+    built: Transform | AsyncTransform = instantiate_transform(name, options)
+    return built
 
 
 class TransformChain:

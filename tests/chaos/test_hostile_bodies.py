@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from priority_pubsub.drivers.local.driver import LocalDriver
+from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.settings.config import load_config
-from priority_pubsub.settings.plugins import build_driver
 from tests.chaos.ledger import Accounting, account
 from tests.e2e.helpers import journal_records, queue_rows, wait_until
 from tests.support.app import RecordingApp
