@@ -19,7 +19,8 @@ from typing import NamedTuple
 
 import aiohttp
 
-from priority_pubsub.app.cloudevent import AppRequest, build_request
+from priority_pubsub.app.cloudevent import build_request
+from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.registry import build_driver

@@ -269,7 +269,12 @@ def provision(
 
     loaded = _loaded(config, DaprdFlags(), reach_app=True)
     mode = Mode(dry_run=dry_run, update=update)
-    done = _run_reporting(provision_entities(loaded.settings, mode, loaded.plan))
+    if loaded.plan is not None:
+        from priority_pubsub.dapr.provisioning import provision_plan
+
+        done = _run_reporting(provision_plan(loaded.plan, loaded.settings, mode))
+    else:
+        done = _run_reporting(provision_entities(loaded.settings, mode))
     if as_json:
         typer.echo(done.as_json())
     else:

@@ -10,11 +10,11 @@ import base64
 import re
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from priority_pubsub.core import json_text
+from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.message import Message
 from priority_pubsub.transforms.base import Payload
 
@@ -28,17 +28,6 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _UNSAFE_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
 """What HTTP/1.1 (RFC 9110 §5.5) and aiohttp refuse in a header value: controls other than
 tab, DEL, and lone surrogates (not encodable as UTF-8)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AppRequest:
-    body: bytes
-    headers: dict[str, str]
-    event: dict[str, Any] | None
-    """The CloudEvent sent (None for raw delivery); used for expiration and tracing."""
-    adjusted_headers: tuple[str, ...] = ()
-    """Headers whose value was made safe or that were left out (see ``metadata_headers``);
-    the worker logs them once per attempt."""
 
 
 def parse_cloudevent(body: bytes) -> dict[str, Any] | None:

@@ -9,10 +9,9 @@ from __future__ import annotations
 import aiohttp
 
 from priority_pubsub.app.backpressure import BUSY_STATUSES, parse_retry_after
-from priority_pubsub.app.cloudevent import AppRequest
-from priority_pubsub.app.health import NOT_REACHABLE
-from priority_pubsub.app.request import Prepared
+from priority_pubsub.app.request import NOT_REACHABLE, Prepared
 from priority_pubsub.core import json_text
+from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.settings.config import AppConfig
 

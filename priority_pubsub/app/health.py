@@ -20,6 +20,7 @@ from typing import Protocol
 import aiohttp
 from yarl import URL
 
+from priority_pubsub.app.request import NOT_REACHABLE
 from priority_pubsub.core.redaction import SecretUrl
 from priority_pubsub.settings.config import AppConfig, HealthConfig
 from priority_pubsub.telemetry.logs import get_logger
@@ -27,7 +28,6 @@ from priority_pubsub.telemetry.logs import get_logger
 log = get_logger(__name__)
 Clock = Callable[[], float]
 LOG_EVERY_S = 30.0
-NOT_REACHABLE = "app not reachable"
 
 
 def probe_url(app_url: str, path: str) -> URL:

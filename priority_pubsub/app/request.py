@@ -11,11 +11,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from priority_pubsub.app.cloudevent import AppRequest, build_request, is_expired
+from priority_pubsub.app.cloudevent import build_request, is_expired
+from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.transforms.base import Payload
+
+NOT_REACHABLE = "app not reachable"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """Which driver serves which Dapr pub/sub component type, and how the component's settings
-map onto this project's: one small class per component type, in one registry.
+map onto this project's: one small class per component type (the registry of them all is
+``dapr.kinds``, above this module and the kinds' own modules).
 
-A new driver adds its component type with ``register(MyKind())`` (the Redis and RabbitMQ
-drivers add ``pubsub.redis`` and ``pubsub.rabbitmq`` this way). A kind says: the driver and
+A new driver adds its component type with ``kinds.register(MyKind())`` (the Redis and
+RabbitMQ drivers add ``pubsub.redis`` and ``pubsub.rabbitmq`` this way). A kind says: the driver and
 its options, the settings the component's metadata governs (retries, lease, dead letters),
 the queue a topic is read from, and how a received body becomes the bytes and metadata
 daprd's component hands to the runtime (``unwrap``). Provisioning entities and publishing to
@@ -164,35 +165,3 @@ class ServiceBusQueues(ServiceBusTopics):
 
     def queue_for(self, component: ComponentContext, topic: str) -> str:
         return topic
-
-
-_KINDS: dict[str, ComponentKind] = {}
-_BUILTIN_LOADED: list[bool] = []
-
-
-def register(kind: ComponentKind) -> None:
-    """Add (or replace) the mapping for ``kind.type``."""
-    _KINDS[kind.type] = kind
-
-
-def kind_for(component_type: str) -> ComponentKind | None:
-    _load_builtin()
-    return _KINDS.get(component_type)
-
-
-def supported_types() -> list[str]:
-    _load_builtin()
-    return sorted(_KINDS)
-
-
-def _load_builtin() -> None:
-    if _BUILTIN_LOADED:
-        return
-    _BUILTIN_LOADED.append(True)
-    from priority_pubsub.dapr.rabbitmq_kind import RabbitMQ
-    from priority_pubsub.dapr.redis_kind import RedisStreams
-    from priority_pubsub.dapr.snssqs import SnsSqs
-
-    for kind in (SnsSqs(), GcpPubSub(), ServiceBusTopics(), ServiceBusQueues(), RedisStreams(),
-                 RabbitMQ()):
-        _KINDS.setdefault(kind.type, kind)  # a kind registered earlier replaces the built-in

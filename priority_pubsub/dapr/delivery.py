@@ -19,7 +19,6 @@ component's ``Subscribe``) and ``postman/http/http.go`` (``Deliver``), component
 from __future__ import annotations
 
 import base64
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,14 +26,15 @@ from typing import Any
 
 from priority_pubsub.app.cloudevent import (
     CLOUDEVENT_CONTENT_TYPE,
-    AppRequest,
     header_safe,
     is_expired,
     metadata_headers,
 )
 from priority_pubsub.app.request import Prepared, Target
 from priority_pubsub.core import json_text
+from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.errors import TransformError
+from priority_pubsub.core.json_text import go_json
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.dapr.plan import DaprPlan
@@ -160,15 +160,3 @@ def from_raw_payload(data: bytes, topic: str, pubsub: str) -> dict[str, Any]:
         "pubsubname": pubsub,
         "data_base64": base64.b64encode(data).decode("ascii"),
     }
-
-
-_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
-               "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def go_json(value: Any) -> bytes:
-    """Go's ``json.Marshal`` of a map: keys sorted, compact, HTML characters escaped."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    for raw, escaped in _GO_ESCAPES.items():  # only inside strings: JSON has them nowhere else
-        text = text.replace(raw, escaped)
-    return text.encode("utf-8")

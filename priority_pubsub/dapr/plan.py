@@ -14,9 +14,8 @@ from priority_pubsub.dapr.components import (
     ComponentContext,
     ComponentKind,
     Mapped,
-    kind_for,
-    supported_types,
 )
+from priority_pubsub.dapr.kinds import kind_for, supported_types
 from priority_pubsub.dapr.manifests import Component, Manifest, parse_component
 from priority_pubsub.dapr.resiliency import resilience
 from priority_pubsub.dapr.secrets import SECRET_STORE_PREFIX, resolve_metadata

@@ -34,9 +34,7 @@ if TYPE_CHECKING:
     from types_boto3_sns import SNSClient
     from types_boto3_sqs import SQSClient
 
-    from priority_pubsub.dapr.plan import DaprPlan
     from priority_pubsub.provision.aws import SqsSpec
-    from priority_pubsub.settings.config import Settings
 
 DEFAULT_VISIBILITY_S = 10
 DEFAULT_RETRY_LIMIT = 10
@@ -173,12 +171,6 @@ def entity_spec(queues: Iterable[tuple[str, tuple[str, ...]]], dead_letter_queue
 
     return SqsSpec(tuple(QueueSpec(queue, topics=tuple(aws_sanitized(t) for t in topics))
                          for queue, topics in queues), dead_letter_queue)
-
-
-def dapr_spec(plan: DaprPlan, settings: Settings) -> SqsSpec:
-    """``entity_spec`` for a Dapr plan (``priority-pubsub provision`` in Dapr mode)."""
-    return entity_spec([(q.name, q.topics) for q in plan.queues],
-                       settings.dead_letter.queue if settings.dead_letter else None)
 
 
 def _find_topic(sns: SNSClient, name: str) -> str:

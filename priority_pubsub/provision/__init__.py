@@ -5,6 +5,9 @@ calls it, ``run --provision`` calls it before the sidecar starts, and Dapr mode'
 management calls the same SQS/SNS code (``aws``). ``plan`` is the pure core; ``aws`` and
 ``gcp`` are one module per broker. Drivers that declare their own entities at start (local)
 need nothing here.
+
+May import ``drivers`` (their API helpers), ``settings`` and ``core``; never ``dapr``, which
+imports it (``dapr.provisioning`` is Dapr mode's ``priority-pubsub provision``).
 """
 
 from __future__ import annotations
@@ -18,10 +21,9 @@ from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.provision.plan import Action, Mode, exit_code, summary
 
 if TYPE_CHECKING:
-    from priority_pubsub.dapr.plan import DaprPlan
     from priority_pubsub.settings.config import Settings
 
-__all__ = ["Action", "Mode", "Provisioned", "provision", "provision_blocking"]
+__all__ = ["Action", "Mode", "Provisioned", "aws_target", "provision", "provision_blocking"]
 
 SELF_DECLARING = {
     "local": "the local driver creates its queues in its SQLite file at start",
@@ -72,26 +74,16 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def provision_blocking(settings: Settings, mode: Mode, plan: DaprPlan | None = None
-                       ) -> Provisioned:
-    """Plan (``mode.dry_run``) or apply what ``settings`` (or a Dapr plan) needs. Blocking
-    SDK calls: from async code use ``provision``. Raises ``DriverError`` / ``ConfigError``."""
+def provision_blocking(settings: Settings, mode: Mode) -> Provisioned:
+    """Plan (``mode.dry_run``) or apply what ``settings`` needs (Dapr mode: the Dapr
+    package's ``snssqs.provision_plan``). Blocking SDK calls: from async code use
+    ``provision``. Raises ``DriverError`` / ``ConfigError``."""
     kind = settings.driver.type
-    if plan is not None:
-        from priority_pubsub.dapr.snssqs import SnsSqs, dapr_spec
-
-        if not isinstance(plan.kind, SnsSqs):
-            raise ConfigError(f"provision: Dapr component {plan.component.type} is not "
-                              "provisioned here (daprd's snssqs entities are)")
-        from priority_pubsub.provision.aws import provision_sqs
-
-        return Provisioned(provision_sqs(dapr_spec(plan, settings), mode,
-                                         **_aws_target(settings)), mode)
     if kind == "sqs":
         from priority_pubsub.provision.aws import provision_sqs, spec_from_settings
 
         return Provisioned(provision_sqs(spec_from_settings(settings), mode,
-                                         **_aws_target(settings)), mode)
+                                         **aws_target(settings)), mode)
     if kind == "gcp_pubsub":
         from priority_pubsub.provision.gcp import provision_pubsub
 
@@ -105,12 +97,11 @@ def provision_blocking(settings: Settings, mode: Mode, plan: DaprPlan | None = N
                       "own entities at start, or nothing is implemented for it)")
 
 
-async def provision(settings: Settings, mode: Mode, plan: DaprPlan | None = None
-                    ) -> Provisioned:
-    return await asyncio.to_thread(provision_blocking, settings, mode, plan)
+async def provision(settings: Settings, mode: Mode) -> Provisioned:
+    return await asyncio.to_thread(provision_blocking, settings, mode)
 
 
-def _aws_target(settings: Settings) -> dict[str, str | None]:
+def aws_target(settings: Settings) -> dict[str, str | None]:
     """The SQS driver's region and endpoint (a secret URL: it may carry credentials)."""
     options = settings.driver.options()
     endpoint = options.get("endpoint_url")

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from priority_pubsub.app.channel.envelope import is_text_type, media_type
-from priority_pubsub.dapr.delivery import go_json
+from priority_pubsub.core.json_text import go_json
 
 EVENT_TYPE = "com.dapr.event.sent"
 DEFAULT_SOURCE = "Dapr"

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from priority_pubsub.dapr.delivery import go_json
+from priority_pubsub.core.json_text import go_json
 
 DOMAIN = "dapr.io"
 TOPIC_NOT_FOUND = "ERR_PUBSUB_TOPIC_NOT_FOUND"

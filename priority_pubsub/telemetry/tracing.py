@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from priority_pubsub.app.cloudevent import AppRequest
+from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Kind, Outcome

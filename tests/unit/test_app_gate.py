@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from priority_pubsub.app.cloudevent import AppRequest
 from priority_pubsub.app.forwarder import Forwarder, classify
 from priority_pubsub.app.gate import AppGate
+from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.settings.config import validate_config

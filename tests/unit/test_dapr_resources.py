@@ -15,9 +15,10 @@ import yaml
 from priority_pubsub.app.forwarder import classify
 from priority_pubsub.app.request import Prepared
 from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.core.json_text import go_json
 from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.dapr.delivery import DaprDelivery, go_json
+from priority_pubsub.dapr.delivery import DaprDelivery
 from priority_pubsub.dapr.manifests import load_manifests
 from priority_pubsub.dapr.naming import aws_sanitized
 from priority_pubsub.dapr.plan import DaprPlan, build_plan

@@ -11,10 +11,11 @@ import pytest
 from dapr.proto.runtime.v1.appcallback_pb2 import TopicEventResponse
 
 from priority_pubsub.app.channel.envelope import EnvelopeError, grpc_metadata, topic_event_request
-from priority_pubsub.app.channel.grpc import status_outcome, subscriptions_from_grpc
-from priority_pubsub.app.cloudevent import AppRequest
+from priority_pubsub.app.channel.grpc import status_outcome
 from priority_pubsub.app.request import Prepared, Target
+from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.outcome import Kind
+from priority_pubsub.dapr.discovery import subscriptions_from_grpc
 
 
 def prepared(event: dict[str, object], headers: dict[str, str] | None = None) -> Prepared:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from priority_pubsub.app.cloudevent import AppRequest
+from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.core.outcome import Outcome

@@ -23,7 +23,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from priority_pubsub.app.request import Prepared, Target
-from priority_pubsub.dapr.delivery import go_json
+from priority_pubsub.core.json_text import go_json
 
 if TYPE_CHECKING:
     from dapr.proto.runtime.v1.appcallback_pb2 import TopicEventRequest

@@ -9,37 +9,28 @@ as a warning and journaled with its reason). UNAVAILABLE because the channel cou
 connect (the call never reached the app) is a release, as the HTTP forwarder's connect-phase
 failure: the app health gate pauses receiving and the message is not counted.
 
-Start-up (``pkg/runtime/pubsub/subscriptions.go`` ``GetSubscriptionsGRPC``):
-``ListTopicSubscriptions``; UNIMPLEMENTED means none; a subscription without routes gets
-daprd's default rule, path "". Health (``AppCallbackHealthCheck.HealthCheck``): for the app
-health gate. Stubs are the ones Dapr publishes (the ``dapr`` package); nothing hand-encoded.
+Start-up's ``ListTopicSubscriptions`` is Dapr mode's discovery (``dapr.discovery``). Health
+(``AppCallbackHealthCheck.HealthCheck``): for the app health gate. Stubs are the ones Dapr
+publishes (the ``dapr`` package); nothing hand-encoded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from priority_pubsub.app.channel.envelope import EnvelopeError, grpc_metadata, topic_event_request
-from priority_pubsub.app.health import NOT_REACHABLE
-from priority_pubsub.app.request import Prepared
+from priority_pubsub.app.request import NOT_REACHABLE, Prepared
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.dapr.discovery import AppNotAnswering
-from priority_pubsub.dapr.routing import Rule
-from priority_pubsub.dapr.subscriptions import APP_SOURCE, Subscription, from_app
 from priority_pubsub.settings.config import AppConfig
 from priority_pubsub.settings.grpc_address import grpc_target
 from priority_pubsub.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
     import grpc
-    from dapr.proto.runtime.v1.appcallback_pb2 import TopicSubscription
     from dapr.proto.runtime.v1.appcallback_pb2_grpc import AppCallbackStub
 
 log = get_logger("priority_pubsub.delivery")
-LIST_SOURCE = "ListTopicSubscriptions"
 _OPTIONS = (
     ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
     # after an outage the app is used again as soon as the health gate opens, not after
@@ -122,61 +113,6 @@ def status_outcome(status: int) -> Outcome:
     if status == TopicEventResponse.DROP:
         return Outcome.drop("app answered DROP")
     return Outcome.retry(f"app answered unknown status {status}")
-
-
-def list_topic_subscriptions(app_url: str, timeout_s: float) -> list[Subscription]:
-    """The app's subscriptions, asked at start as daprd asks (blocking; before the loop)."""
-    import grpc
-    from dapr.proto.runtime.v1.appcallback_pb2_grpc import AppCallbackStub
-    from google.protobuf.empty_pb2 import Empty
-
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(grpc_target(app_url)) as channel:
-        stub = AppCallbackStub(channel)
-        while True:
-            try:
-                answer = stub.ListTopicSubscriptions(Empty(), timeout=5, wait_for_ready=True)
-                break
-            except grpc.RpcError as exc:
-                code = exc.code()
-                if code is grpc.StatusCode.UNIMPLEMENTED:
-                    log.info("gRPC app does not implement ListTopicSubscriptions")
-                    return []
-                if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                    log.error("app returned an error from ListTopicSubscriptions",
-                              code=code.name, details=exc.details())
-                    return []
-                if time.monotonic() > deadline:
-                    raise AppNotAnswering(
-                        f"the app did not answer {LIST_SOURCE} at {app_url} within "
-                        f"{timeout_s:g}s ({code.name})") from None
-    return subscriptions_from_grpc(list(answer.subscriptions))
-
-
-def subscriptions_from_grpc(found: list[TopicSubscription]) -> list[Subscription]:
-    """``TopicSubscription`` messages as subscriptions; no routes -> daprd's default ""."""
-    items: list[dict[str, Any]] = []
-    for sub in found:
-        item: dict[str, Any] = {
-            "pubsubname": sub.pubsub_name, "topic": sub.topic, "metadata": dict(sub.metadata),
-            "deadLetterTopic": sub.dead_letter_topic,
-            "routes": {"rules": [{"match": r.match, "path": r.path} for r in sub.routes.rules],
-                       "default": sub.routes.default},
-        }
-        if sub.HasField("bulk_subscribe"):
-            item["bulkSubscribe"] = {"enabled": sub.bulk_subscribe.enabled}
-        items.append(item)
-    default = Rule("", "")
-    subscriptions = []
-    for subscription in from_app(items):
-        source = subscription.source.replace(APP_SOURCE, LIST_SOURCE)
-        if subscription.rules:
-            subscriptions.append(dataclasses.replace(subscription, source=source))
-        else:
-            subscriptions.append(dataclasses.replace(
-                subscription, rules=(default,), compiled_rules=(default.compiled(),),
-                source=source))
-    return subscriptions
 
 
 async def app_callback_health(
