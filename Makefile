@@ -29,6 +29,7 @@ demo: $(BASE_STAMP)
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: install
 	$(PY) scripts/typecheck.py
