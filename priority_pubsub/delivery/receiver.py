@@ -11,7 +11,7 @@ and the sidecar never holds more than twice that (settles under way included).
 and abandons a take still waiting (the driver hands back whatever it caught); ``resume()``
 opens it again. The take runs in the receive loop's own task and a pause cancels it there
 (a task per take raced against a "paused" waiter cost two tasks and three loop turns per
-take: at concurrency 1, per message). The app gate (``app_gate.AppGate``) pauses and resumes
+take: at concurrency 1, per message). The app gate (``app.gate.AppGate``) pauses and resumes
 it as the app comes and goes, and sets how many messages may be in hand (``capacity``: the
 effective concurrency). ``stop()`` stops taking, lets in-flight tasks finish for
 ``shutdown.grace_s``, then cancels the rest: cancelled workers return their messages at once.

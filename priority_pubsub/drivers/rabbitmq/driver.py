@@ -2,7 +2,7 @@
 
 Design choices, and why:
 
-* **Layouts** (``rabbitmq_topology.py``): plain queues, or Dapr's ``pubsub.rabbitmq`` layout
+* **Layouts** (``topology.py``): plain queues, or Dapr's ``pubsub.rabbitmq`` layout
   (fanout exchange per topic, queue ``{consumer_id}-{topic}``), or one queue with native
   priorities. Everything consumed from is declared at start (idempotent), as RabbitMQ clients
   and daprd do; so are the dead-letter exchange and queue.
@@ -28,7 +28,7 @@ Design choices, and why:
   (``{queue}.delay-{ms}ms``: TTL, then dead-lettered back to the source queue), then the
   delivery is acked; delay 0 publishes straight back to the queue. ``release`` does the same
   without counting an attempt. Copy first, then ack: an interruption duplicates, never loses.
-* **Attempts** (``rabbitmq_wire.py``): a header written on every copy, plus
+* **Attempts** (``wire.py``): a header written on every copy, plus
   ``x-delivery-count`` (quorum queues) or the ``redelivered`` flag (classic: +1 at most).
 * **Dead letters** are published to the fanout exchange ``dead_letter.queue`` (bound to the
   queue of that name) with ``dead_letter_reason``/``dead_letter_source`` headers, then acked.
