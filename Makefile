@@ -34,8 +34,12 @@ lint: install
 typecheck: install
 	$(PY) scripts/typecheck.py
 
+# The suite mostly waits (servers, sidecars, apps): three workers on two cores, one test file
+# per worker at a time (a file's module fixtures and servers stay in one process).
+PYTEST_WORKERS ?= -n 3 --dist loadfile
+
 test: prerequisites lint typecheck
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The chaos scenarios alone (make test runs them too): kill -9 under load, app faults, a
 # broker restart, hostile bodies and config files; prints the accounting of each.
