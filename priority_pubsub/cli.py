@@ -19,7 +19,7 @@ import typer
 
 from priority_pubsub.core.errors import ConfigError, PriorityPubsubError
 from priority_pubsub.core.redaction import redact
-from priority_pubsub.dapr.flags import DaprdFlags, reject_unknown
+from priority_pubsub.dapr.flags import DaprdFlags, parse_extra
 from priority_pubsub.settings.config import Settings, load_config
 
 if TYPE_CHECKING:
@@ -36,7 +36,8 @@ app = typer.Typer(
 ConfigOption = Annotated[
     Path | None,
     typer.Option("-c", "--config", help="YAML config (default ./config.yaml or "
-                 "$PRIORITY_PUBSUB_CONFIG).", show_default=False),
+                 "$PRIORITY_PUBSUB_CONFIG); a Dapr Configuration (daprd's --config) is read "
+                 "as daprd reads it.", show_default=False),
 ]
 
 
@@ -125,7 +126,7 @@ def _loaded(config: Path | None, flags: DaprdFlags, *, reach_app: bool) -> Loade
 
 def _flags(ctx: typer.Context, given: dict[str, Any]) -> DaprdFlags:
     try:
-        reject_unknown(list(ctx.args))
+        extra, ignored = parse_extra(list(ctx.args))
     except ConfigError as exc:
         _fail(str(exc), 2)
     health = {"--" + name.replace("_", "-"): given[name] for name in _HEALTH
@@ -138,7 +139,7 @@ def _flags(ctx: typer.Context, given: dict[str, Any]) -> DaprdFlags:
         log_level=given["log_level"],
         disable_init_endpoints=list(given["disable_init_endpoints"] or []), health=health,
         dapr_http_port=given["dapr_http_port"], dapr_grpc_port=given["dapr_grpc_port"],
-        max_body_size=given["max_body_size"])
+        max_body_size=given["max_body_size"], extra=extra, ignored=ignored)
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -181,17 +182,25 @@ def run(
     async def serve() -> None:  # built inside: a driver may refuse its options (exit 2)
         if provision and loaded.plan is None:
             await _provision_at_start(settings)
-        from priority_pubsub.publish_api.server import serving
+        from priority_pubsub.publish_api.server import serving, stream_hub
 
+        streams = stream_hub(settings, loaded.plan)  # no app to push to: apps may stream
         try:
-            async with serving(settings, loaded.plan):
-                if loaded.plan is None:
-                    await Sidecar(settings).run()
-                    return
-                from priority_pubsub.dapr.runtime import report, run_dapr
+            async with serving(settings, loaded.plan, streams=streams):
+                from priority_pubsub.dapr.runtime import report
 
                 report(loaded.plan, loaded.warnings)
-                await run_dapr(settings, loaded.plan)
+                if not settings.app.push and streams is None:
+                    from priority_pubsub.publish_api.server import until_stopped
+
+                    await until_stopped(settings.shutdown.block_s)
+                    return
+                if loaded.plan is None:
+                    await Sidecar(settings, streams=streams).run()
+                    return
+                from priority_pubsub.dapr.runtime import run_dapr
+
+                await run_dapr(settings, loaded.plan, streams)
         except OSError as exc:  # a publish API port already taken
             raise PriorityPubsubError(f"publish API: {exc}") from None
 

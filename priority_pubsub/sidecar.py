@@ -15,11 +15,13 @@ import contextlib
 import gc
 import random
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from priority_pubsub.app.channel import build_channel
-from priority_pubsub.app.gate import AppGate
+from priority_pubsub.app.channel.bulk import BulkChannel, BulkSettings
+from priority_pubsub.app.channel.streams import StreamChannel, StreamHub
+from priority_pubsub.app.gate import NO_APP, AppGate
 from priority_pubsub.app.request import Delivery
 from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import DriverError
@@ -59,12 +61,18 @@ class Sidecar:
     def __init__(
         self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None,
         delivery: Delivery | None = None,
+        bulk: Mapping[str, BulkSettings] | None = None,
+        streams: StreamHub | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver or build_driver(settings)
         self.metrics = Metrics()
         self.metrics.concurrency.set(settings.concurrency)
-        self.forwarder = build_channel(settings)
+        # no app to push to: every queue is a streamed topic's, delivered to its streams
+        self.forwarder = build_channel(settings) if streams is None else StreamChannel(streams)
+        if bulk:  # topics delivered in batches; a batch grows while the receiver has room
+            self.forwarder = BulkChannel(self.forwarder, self.forwarder, bulk,  # type: ignore[arg-type]
+                                         lambda: self.receiver.has_room())
         self.journal = (
             JournalWriter(settings.journal.path, settings.journal.rotate_mb,
                           settings.journal.fsync)
@@ -75,9 +83,11 @@ class Sidecar:
             log_successes=settings.log.level == "debug",
         )
         settler = Settler(settings, self.driver, self.observer)
-        self.dispatcher = Dispatcher(settings, self.driver, self.observer, settler, rng)
+        self.dispatcher = Dispatcher(settings, self.driver, self.observer, settler, rng,
+                                     consumers=streams)
         self.tracer = build_tracer(settings)
-        self.gate = AppGate(settings, self.metrics)
+        self.gate = AppGate(settings, self.metrics,
+                            probe=NO_APP if streams is not None else None)
         worker = Worker(settings, self.driver, self.forwarder, self.observer, settler, delivery,
                         self.tracer, gate=self.gate)
         self.receiver = Receiver(settings, self.dispatcher, worker, self.observer,
@@ -143,6 +153,8 @@ class Sidecar:
             running = asyncio.create_task(self._start_and_serve(started), name="sidecar")
             stop = asyncio.create_task(self._stop.wait())
             await asyncio.wait({running, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.done() and not running.done():
+                await self._block_shutdown()
             self.draining = True
             for task in (running, stop):
                 task.cancel()
@@ -154,6 +166,16 @@ class Sidecar:
                 await part.stop()
             gc.unfreeze()  # what this run froze can be collected again
             log.info("stopped")
+
+    async def _block_shutdown(self) -> None:
+        """daprd's ``--dapr-block-shutdown-duration``: keep delivering for ``block_s`` after
+        the stop request, or until the app's health probe reports it down."""
+        deadline = asyncio.get_running_loop().time() + self.settings.shutdown.block_s
+        if self.settings.shutdown.block_s > 0:
+            log.info("shutdown blocked", block_s=self.settings.shutdown.block_s)
+        # polled: the probe has no event to wait on
+        while asyncio.get_running_loop().time() < deadline and self.gate.health.up:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
 
     async def _start_and_serve(self, started: list[Part]) -> None:
         for part in self._parts:

@@ -6,9 +6,12 @@ concurrency so connections are reused and never exceed the app's capacity.
 
 from __future__ import annotations
 
+import json
+
 import aiohttp
 
 from priority_pubsub.app.backpressure import BUSY_STATUSES, parse_retry_after
+from priority_pubsub.app.channel.bulk import Batch, entry_outcome
 from priority_pubsub.app.request import NOT_REACHABLE, Prepared
 from priority_pubsub.core import json_text
 from priority_pubsub.core.app_request import AppRequest
@@ -91,13 +94,45 @@ class Forwarder:
         return await self.forward(prepared.url, prepared.request)
 
     async def forward(self, url: str, request: AppRequest) -> Outcome:
+        answer = await self._exchange(url, request.body, request.headers)
+        if isinstance(answer, Outcome):
+            return answer
+        status, body, retry_after = answer
+        return classify(status, body, self._app.fatal_codes, exact_status=self._exact_status,
+                        retry_after=retry_after)
+
+    async def deliver_bulk(self, batch: Batch) -> dict[str, Outcome] | Outcome:
+        """A batch as daprd posts it: the bulk envelope as JSON to the route, the bulk
+        metadata as headers; the answer's ``statuses`` per entry (``app_channel.bulk``)."""
+        headers = {"Content-Type": "application/json", "pubsubName": batch.pubsub}
+        token = batch.entries[0].prepared.request.headers.get("dapr-api-token")
+        if token:
+            headers["dapr-api-token"] = token
+        answer = await self._exchange(batch.url, json.dumps(batch.envelope()).encode(), headers)
+        if isinstance(answer, Outcome):
+            return answer
+        status, body, _ = answer
+        if status == 404:
+            return Outcome.drop("app returned 404", status)
+        if not 200 <= status < 300:
+            return Outcome.retry(f"app returned {status}", status)
+        try:
+            statuses = json_text.parse(body).get("statuses") or []
+            return {str(item["entryId"]): entry_outcome(str(item.get("status") or ""),
+                                                        str(item["entryId"]), status)
+                    for item in statuses}
+        except (json_text.JsonUnreadable, AttributeError, KeyError, TypeError) as exc:
+            return Outcome.retry(f"failed unmarshalling app response for bulk subscribe: "
+                                 f"{exc}"[:300], status)
+
+    async def _exchange(self, url: str, body: bytes, headers: dict[str, str]
+                        ) -> tuple[int, bytes, str | None] | Outcome:
+        """The app's status, body and Retry-After; a failure to get them as an outcome."""
         assert self._session is not None, "start() first"
         try:
-            async with self._session.post(url, data=request.body, headers=request.headers) as rsp:
-                body = await rsp.content.read(self._app.max_response_bytes)
-                return classify(rsp.status, body, self._app.fatal_codes,
-                                exact_status=self._exact_status,
-                                retry_after=rsp.headers.get("Retry-After"))
+            async with self._session.post(url, data=body, headers=headers) as rsp:
+                answer = await rsp.content.read(self._app.max_response_bytes)
+                return rsp.status, answer, rsp.headers.get("Retry-After")
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             # The request never reached the app (refused, DNS, connect timeout): not an attempt.
             return Outcome.release(f"{NOT_REACHABLE}: {type(exc).__name__}: {exc}"[:300])

@@ -61,6 +61,19 @@ class UncountedReturns:
         return count <= self._cap
 
 
+class _NoApp:
+    """The probe of a sidecar with no app to push to (its apps stream): always passes."""
+
+    async def check(self) -> str | None:
+        return None
+
+    async def close(self) -> None:
+        """Nothing to close."""
+
+
+NO_APP = _NoApp()
+
+
 class AppGate:
     def __init__(
         self,
@@ -74,6 +87,9 @@ class AppGate:
         self._health_config = app.health_probe
         self._periodic = app.health is not None
         self._probe = probe or build_probe(app)
+        self._learns = app.push
+        """Without an app to push to there is nothing to learn from outcomes (a stream that
+        closes is not the app going down)."""
         self._max_delay_s = settings.retry.max_delay_s
         self._metrics = metrics
         self.health = HealthState(self._health_config.threshold, clock)
@@ -162,8 +178,11 @@ class AppGate:
         """Learn from one finished delivery; the outcome to settle (a release may become a
         counted retry once the message used up its uncounted returns)."""
         if outcome.kind is Kind.RELEASE:
-            self._observe_release(outcome)
+            if self._learns:
+                self._observe_release(outcome)
             return self.settle_release(message, outcome)
+        if not self._learns:
+            return outcome
         if outcome.kind is Kind.RETRY and _app_failed(outcome):
             if self.breaker is not None and self.breaker.record_failure():
                 self._paused("circuit_breaker")

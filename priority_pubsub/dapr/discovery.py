@@ -115,7 +115,10 @@ def subscriptions_from_grpc(found: list[TopicSubscription]) -> list[Subscription
                        "default": sub.routes.default},
         }
         if sub.HasField("bulk_subscribe"):
-            item["bulkSubscribe"] = {"enabled": sub.bulk_subscribe.enabled}
+            bulk = sub.bulk_subscribe
+            item["bulkSubscribe"] = {"enabled": bulk.enabled,
+                                     "maxMessagesCount": bulk.max_messages_count or None,
+                                     "maxAwaitDurationMs": bulk.max_await_duration_ms or None}
         items.append(item)
     default = Rule("", "")
     subscriptions = []

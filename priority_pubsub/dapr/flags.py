@@ -1,8 +1,9 @@
 """daprd's command-line flags, so a daprd command line changes only its binary name.
 
-Flags that mean something here are read under daprd's names into config keys; a daprd flag
-that means nothing to this sidecar (it serves no Dapr API, no actors, no mTLS...) is a clear
-error naming it. Names from daprd's ``--help`` (dapr ``cmd/daprd/options/options.go``).
+Flags that mean something here are read under daprd's names into config keys; a flag that
+only tunes what daprd does and this sidecar does not serve is ignored with one warning naming
+it; a flag whose omission would weaken security or change delivery is an error. Names and
+defaults from dapr ``cmd/daprd/options/options.go`` (README "daprd's command line").
 """
 
 from __future__ import annotations
@@ -14,20 +15,37 @@ from typing import Any
 
 from priority_pubsub.core.errors import ConfigError
 
-DAPRD_ONLY = frozenset({
-    "--dapr-internal-grpc-port", "--dapr-public-port",
-    "--dapr-listen-addresses", "--dapr-public-listen-address", "--profile-port",
-    "--enable-profiling", "--metrics-port", "--enable-metrics", "--metrics-listen-address",
-    "--placement-host-address", "--scheduler-host-address", "--control-plane-address",
-    "--sentry-address", "--enable-mtls", "--mode", "--kubernetes-namespace",
-    "--components-path", "--log-as-json", "--enable-api-logging",
-    "--app-ssl", "--app-channel-address", "--dapr-http-max-request-size",
-    "--dapr-http-read-buffer-size", "--read-buffer-size",
-    "--unix-domain-socket", "--disable-builtin-k8s-secret-store", "--dapr-block-shutdown-duration",
-    "--app-max-concurrency-per-topic", "--max-concurrency", "--allowed-origins",
-    "--trust-anchors-file", "--trust-domain", "--wait",
+IGNORED = frozenset({
+    "--dapr-internal-grpc-port", "--dapr-internal-grpc-listen-address", "--dapr-public-port",
+    "--dapr-public-listen-address", "--profile-port", "--enable-profiling",
+    "--placement-host-address", "--scheduler-host-address", "--scheduler-job-streams",
+    "--actors-service", "--reminders-service", "--control-plane-trust-domain",
+    "--control-plane-namespace", "--sentry-request-jwt-audiences", "--allowed-origins",
+    "--enable-api-logging", "--dapr-http-read-buffer-size", "--read-buffer-size",
+    "--disable-builtin-k8s-secret-store", "--wait", "--app-health-port", "--version",
+    "--build-info", "--metrics-push-enable", "--metrics-push-endpoint",
 })
-"""Flags daprd has and this sidecar does not: each would silently do nothing here."""
+"""daprd flags that only tune what daprd does and this sidecar does not serve (actors,
+placement, scheduler, profiling, its internal ports, API logging, read buffers, CORS): read
+and ignored, one warning each naming the flag."""
+REFUSED = {
+    "--enable-mtls": "mTLS between sidecars is not offered here: traffic would go in clear",
+    "--sentry-address": "no certificates come from Sentry here: traffic would go in clear",
+    "--control-plane-address": "no control plane is contacted here (its Components, "
+                               "Subscriptions and Configurations would be missed)",
+    "--unix-domain-socket": "the API listens on TCP only; the app would not find it",
+}
+"""Flags whose silent omission would weaken security or change delivery: an error."""
+BOOLEAN = frozenset({"--enable-mtls", "--log-as-json", "--enable-metrics", "--app-ssl",
+                     "--enable-profiling", "--enable-api-logging", "--wait", "--version",
+                     "--build-info", "--disable-builtin-k8s-secret-store",
+                     "--metrics-push-enable"})
+"""pflag booleans: ``--flag`` is true, ``--flag=false`` false; never take the next word."""
+MAPPED = frozenset({"--components-path", "--log-as-json", "--metrics-port", "--enable-metrics",
+                    "--metrics-listen-address", "--app-channel-address",
+                    "--dapr-listen-addresses", "--dapr-block-shutdown-duration", "--mode",
+                    "--app-ssl", "--dapr-http-max-request-size"})
+"""daprd flags read from the extra arguments into ``DaprdFlags.extra``."""
 
 
 @dataclass
@@ -46,43 +64,113 @@ class DaprdFlags:
     dapr_http_port: int | None = None
     dapr_grpc_port: int | None = None
     max_body_size: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+    """The daprd flags of ``MAPPED`` given, by name (``parse_extra``)."""
+    ignored: list[str] = field(default_factory=list)
+    """Flags of ``IGNORED`` given: one warning each."""
 
     @property
     def given(self) -> bool:
-        return bool(self.app_id or self.resources_path or self.app_port is not None)
+        return bool(self.app_id or self.resources_path or self.app_port is not None
+                    or self.extra.get("--components-path"))
+
+    def _bool(self, name: str) -> bool | None:
+        if name not in self.extra:
+            return None
+        return self.extra[name].strip().lower() not in ("false", "0", "f")
 
     def apply(self, raw: dict[str, Any]) -> list[str]:
         """Write the flags into the raw config (flags win: they are the most specific);
         return warnings for flags read but not honoured."""
-        if self.app_protocol not in (None, "http", "grpc"):
-            raise ConfigError(f"--app-protocol {self.app_protocol}: only http and grpc are "
-                              "supported")
+        scheme = self._app_scheme()
+        self._refuse_unsafe()
         dapr = dict(raw.get("dapr") or {})
-        if self.resources_path:
-            dapr["resources_path"] = list(self.resources_path)
+        resources = [*self.resources_path, *filter(None, [self.extra.get("--components-path")])]
+        if resources:
+            dapr["resources_path"] = resources
         if self.app_id:
             dapr["app_id"] = self.app_id
         if "subscribe" in self.disable_init_endpoints:
             dapr["programmatic_subscriptions"] = False
         if dapr:
             raw["dapr"] = dapr
+        host = self.extra.get("--app-channel-address") or "127.0.0.1"
         if self.app_port is not None:
-            scheme = "grpc" if self.app_protocol == "grpc" else "http"
-            raw["app"] = {**(raw.get("app") or {}),
-                          "url": f"{scheme}://127.0.0.1:{self.app_port}"}
-        if self.app_max_concurrency is not None:
+            raw["app"] = {**(raw.get("app") or {}), "url": f"{scheme}://{host}:{self.app_port}"}
+        elif self.given and not (raw.get("app") or {}).get("url"):
+            raw["app"] = {**(raw.get("app") or {}), "push": False}  # daprd with no app
+        self._apply_ops_and_logs(raw)
+        # daprd's -1 (what `dapr run` and the injector pass by default) means no limit: the
+        # configured concurrency stays; so do the defaults for the other negative values
+        if self.app_max_concurrency is not None and self.app_max_concurrency > 0:
             raw["concurrency"] = self.app_max_concurrency
         if self.log_level is not None:
             raw["log"] = {**(raw.get("log") or {}), "level": self.log_level}
-        if self.graceful_shutdown_s is not None:
+        if self.graceful_shutdown_s is not None and self.graceful_shutdown_s >= 0:
             raw["shutdown"] = {**(raw.get("shutdown") or {}), "grace_s": self.graceful_shutdown_s}
         warnings = self._apply_publish_api(raw)
+        warnings += [f"daprd flag {name} is ignored: it tunes what daprd does and "
+                     "priority-pubsub does not serve" for name in self.ignored]
         if (health := self._app_health()) is not None:
             raw["app"] = {**(raw.get("app") or {}), "health": health}
             return warnings
         return warnings + [
             f"{name} has no effect without --enable-app-health-check (as in daprd)"
             for name in self.health if name != "--enable-app-health-check"]
+
+    def _app_scheme(self) -> str:
+        """The app URL's scheme: daprd's ``--app-protocol`` (http, https, grpc; h2c and grpcs
+        are not offered) and the deprecated ``--app-ssl`` (https for an HTTP app)."""
+        protocol = self.app_protocol or "http"
+        if self._bool("--app-ssl"):
+            if protocol not in ("http", "https"):
+                raise ConfigError(f"--app-ssl with --app-protocol {protocol}: TLS to a gRPC app "
+                                  "is not offered here (the app would be called in clear)")
+            protocol = "https"
+        if protocol not in ("http", "https", "grpc"):
+            raise ConfigError(f"--app-protocol {protocol}: only http, https and grpc are "
+                              "supported")
+        return protocol
+
+    def _refuse_unsafe(self) -> None:
+        mode = self.extra.get("--mode", "standalone")
+        if mode not in ("standalone", "kubernetes"):
+            raise ConfigError(f"--mode {mode}: daprd's modes are standalone and kubernetes")
+        if mode == "kubernetes" and not self.resources_path and not self.extra.get(
+                "--components-path"):
+            raise ConfigError("--mode kubernetes without --resources-path: the Components and "
+                              "Subscriptions would come from the Kubernetes API, which this "
+                              "sidecar does not read (mount them and give --resources-path)")
+
+    def _apply_ops_and_logs(self, raw: dict[str, Any]) -> None:
+        """``--metrics-port``/``--metrics-listen-address`` move the ops server (metrics and
+        the sidecar's own health; daprd's ``/v1.0/healthz`` stays on the API port);
+        ``--enable-metrics=false`` drops ``/metrics``; ``--log-as-json`` JSON logs, else
+        text, as daprd (a ``log.format`` in the config file wins over the default);
+        ``--dapr-block-shutdown-duration`` as ``shutdown.block_s``."""
+        server = dict(raw.get("server") or {})
+        if (port := self.extra.get("--metrics-port")) is not None:
+            server["port"] = _int_flag("--metrics-port", port)
+        if (address := self.extra.get("--metrics-listen-address")) is not None:
+            server["host"] = address
+        if self._bool("--enable-metrics") is False:
+            server["metrics"] = False
+        if server:
+            raw["server"] = server
+        as_json = self._bool("--log-as-json")
+        log_section = dict(raw.get("log") or {})
+        if as_json is not None or (self.given and "format" not in log_section):
+            log_section["format"] = "json" if as_json else "console"
+            raw["log"] = log_section
+        if (block := self.extra.get("--dapr-block-shutdown-duration")) is not None:
+            from priority_pubsub.dapr.redis_kind import go_duration_s
+
+            try:
+                seconds = go_duration_s("--dapr-block-shutdown-duration", block)
+            except ConfigError:
+                raise ConfigError(f"--dapr-block-shutdown-duration {block}: not a duration "
+                                  "(daprd's: 30s, 1m)") from None
+            raw["shutdown"] = {**(raw.get("shutdown") or {}), "block_s": seconds}
 
     def _app_health(self) -> dict[str, Any] | None:
         """daprd's app health flags as ``app.health``; daprd's units: the probe interval in
@@ -103,19 +191,32 @@ class DaprdFlags:
         always serves it (the other port keeps daprd's default); ``--max-body-size`` alone
         leaves it off, with a warning."""
         api: dict[str, Any] = {}
+        warnings: list[str] = []
+        if (addresses := self.extra.get("--dapr-listen-addresses")) is not None:
+            hosts = [part.strip() for part in addresses.split(",") if part.strip()]
+            api["host"] = hosts[0] if hosts else "127.0.0.1"
+            if len(hosts) > 1:
+                warnings.append(f"--dapr-listen-addresses {addresses}: the API listens on the "
+                                f"first address only ({hosts[0]})")
+        if self.max_body_size is None and "--dapr-http-max-request-size" in self.extra:
+            megabytes = _int_flag("--dapr-http-max-request-size",
+                                  self.extra["--dapr-http-max-request-size"])
+            if megabytes > 0:
+                self.max_body_size = f"{megabytes}Mi"
         if self.dapr_http_port is not None:
             api["http_port"] = self.dapr_http_port
         if self.dapr_grpc_port is not None:
             api["grpc_port"] = self.dapr_grpc_port
-        enabled = bool(api) or raw.get("publish_api") is not None
+        publisher_only = (raw.get("app") or {}).get("push") is False
+        enabled = bool(api) or raw.get("publish_api") is not None or publisher_only
         if self.max_body_size is not None:
             if not enabled:
-                return ["--max-body-size is read but not honoured: the publish API is off "
-                        "(give --dapr-http-port or a publish_api: section)"]
+                return [*warnings, "--max-body-size is read but not honoured: the publish API "
+                        "is off (give --dapr-http-port or a publish_api: section)"]
             api["max_body_bytes"] = parse_quantity("--max-body-size", self.max_body_size)
-        if api:
+        if enabled:  # daprd always serves its API; a publisher-only sidecar needs it
             raw["publish_api"] = {**(raw.get("publish_api") or {}), **api}
-        return []
+        return warnings
 
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
@@ -141,11 +242,33 @@ def parse_quantity(flag: str, text: str) -> int:
     return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
-def reject_unknown(extra: list[str]) -> None:
-    """Arguments the command did not declare: a daprd-only flag is named as such."""
-    for argument in extra:
-        name = argument.split("=", 1)[0]
-        if name in DAPRD_ONLY:
-            raise ConfigError(f"daprd flag {name} means nothing to priority-pubsub (it replaces "
-                              "daprd's subscriber only): remove it")
-        raise ConfigError(f"unknown option or argument: {argument}")
+def _int_flag(flag: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{flag} {text}: not a number") from None
+
+
+def parse_extra(arguments: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The daprd flags the command does not declare itself, read as daprd's pflag reads them
+    (``--flag value``, ``--flag=value``, a boolean alone is true; ``-flag`` as ``--flag``):
+    the mapped ones by name, and the names of the ignored ones. A flag of ``REFUSED`` or an
+    unknown argument is a ``ConfigError``."""
+    mapped: dict[str, str] = {}
+    ignored: list[str] = []
+    words = iter(arguments)
+    for word in words:
+        name, has_value, value = word.partition("=")
+        if name.startswith("-") and not name.startswith("--"):
+            name = "-" + name
+        if name not in MAPPED | IGNORED | REFUSED.keys():
+            raise ConfigError(f"unknown option or argument: {word}")
+        if not has_value:
+            value = "true" if name in BOOLEAN else next(words, "")
+        if name in REFUSED and (name not in BOOLEAN or value.lower() not in ("false", "0")):
+            raise ConfigError(f"daprd flag {name} cannot be honoured: {REFUSED[name]}")
+        if name in MAPPED:
+            mapped[name] = value
+        elif name in IGNORED and name not in ignored:
+            ignored.append(name)
+    return mapped, ignored

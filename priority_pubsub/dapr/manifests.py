@@ -41,6 +41,15 @@ class Component:
 
 
 @dataclass(frozen=True, slots=True)
+class RegisteredComponent:
+    """A component loaded for this app, as daprd's metadata API lists it."""
+
+    name: str
+    type: str
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """Any Dapr manifest: its kind, ``apiVersion``, name, the whole document, where from."""
 

@@ -16,7 +16,12 @@ from priority_pubsub.dapr.components import (
     Mapped,
 )
 from priority_pubsub.dapr.kinds import kind_for, supported_types
-from priority_pubsub.dapr.manifests import Component, Manifest, parse_component
+from priority_pubsub.dapr.manifests import (
+    Component,
+    Manifest,
+    RegisteredComponent,
+    parse_component,
+)
 from priority_pubsub.dapr.resiliency import resilience
 from priority_pubsub.dapr.secrets import SECRET_STORE_PREFIX, resolve_metadata
 from priority_pubsub.dapr.subscriptions import Subscription, from_manifest, merge
@@ -49,6 +54,8 @@ class DaprPlan:
     """Settings read but not honoured, and other things the user should look at."""
     resilience: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Sections a ``Resiliency`` manifest implies (``retry``, ``app``), over the component's."""
+    registered: tuple[RegisteredComponent, ...] = ()
+    """The components loaded for this app (in scope), as the metadata API lists them."""
 
     def topic_of(self, queue: str, topic_key: str | None) -> str | None:
         """The topic of a message on ``queue`` (``topic_key`` as the broker names it)."""
@@ -76,13 +83,16 @@ class DaprPlan:
 
 
 def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
-               from_app: Sequence[Subscription]) -> DaprPlan:
+               from_app: Sequence[Subscription], *, publisher_only: bool = False) -> DaprPlan:
+    """``publisher_only`` (no app to push to): no subscription is needed; the component is
+    the one pub/sub component in scope when no subscription names one."""
     notes: list[str] = []
     warnings: list[str] = []
-    components = [parse_component(m) for m in manifests if m.kind == "Component"]
+    component_manifests = [m for m in manifests if m.kind == "Component"]
+    components = [parse_component(m) for m in component_manifests]
     declared = _declared(manifests, dapr.app_id, notes)
     subscriptions = merge(declared, from_app)
-    if not subscriptions:
+    if not subscriptions and not publisher_only:
         raise ConfigError("dapr: no subscriptions for app "
                           f"{dapr.app_id!r}: neither Subscription manifests in "
                           f"{', '.join(map(str, dapr.resources_path))} nor GET /dapr/subscribe")
@@ -102,8 +112,16 @@ def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
     queues = _queues(dapr, kind, context, topics, by_topic)
     resilient = resilience(manifests, component.name, dapr.app_id)
     warnings += resilient.warnings
+    registered = tuple(RegisteredComponent(m.name, c.type, _version(m))
+                       for m, c in zip(component_manifests, components, strict=True)
+                       if c.in_scope(dapr.app_id))
     return DaprPlan(dapr.app_id, context, kind, by_topic, queues, mapped, tuple(notes),
-                    tuple(warnings), resilient.settings)
+                    tuple(warnings), resilient.settings, registered)
+
+
+def _version(manifest: Manifest) -> str:
+    spec = manifest.document.get("spec")
+    return str(spec.get("version") or "") if isinstance(spec, dict) else ""
 
 
 def _declared(manifests: Sequence[Manifest], app_id: str, notes: list[str]
@@ -123,7 +141,8 @@ def _declared(manifests: Sequence[Manifest], app_id: str, notes: list[str]
 
 def _the_component(components: Sequence[Component], subscriptions: Sequence[Subscription],
                    app_id: str, notes: list[str]) -> tuple[Component, ComponentKind]:
-    used = list(dict.fromkeys(s.pubsub for s in subscriptions))
+    used = list(dict.fromkeys(s.pubsub for s in subscriptions)) or _only_pubsub(
+        components, app_id)
     if len(used) > 1:
         raise ConfigError(f"dapr: the subscriptions use the pub/sub components {used}; one "
                           "priority-pubsub sidecar serves one component")
@@ -150,6 +169,16 @@ def _the_component(components: Sequence[Component], subscriptions: Sequence[Subs
         raise ConfigError(f"{chosen.source}: Component {chosen.name}: spec.type: {chosen.type} "
                           f"has no driver here (supported: {', '.join(supported_types())})")
     return chosen, kind
+
+
+def _only_pubsub(components: Sequence[Component], app_id: str) -> list[str]:
+    """A publisher-only sidecar without subscriptions publishes through the one pub/sub
+    component in scope (the publish API serves one component)."""
+    found = [c.name for c in components if c.type.startswith("pubsub.") and c.in_scope(app_id)]
+    if len(found) != 1:
+        raise ConfigError(f"dapr: a publisher-only sidecar serves one pub/sub component; "
+                          f"found {found or 'none'} in scope for app {app_id!r}")
+    return found
 
 
 def ordered_topics(subscriptions: Sequence[Subscription], priorities: Sequence[str]
@@ -193,8 +222,6 @@ def _other_warnings(manifests: Sequence[Manifest], subscriptions: Sequence[Subsc
                     dapr: DaprConfig) -> list[str]:
     warnings = [f"{m.source}: {m.kind} {m.name} skipped (not used by priority-pubsub)"
                  for m in manifests if m.kind in _IGNORED_KINDS]
-    warnings += [f"{s.source}: bulkSubscribe is read but not honoured (one event per request)"
-                 for s in subscriptions if s.bulk]
     found = {s.topic for s in subscriptions}
     warnings += [f"dapr.priorities: topic {topic!r} has no subscription"
                  for topic in dapr.priorities if topic not in found]

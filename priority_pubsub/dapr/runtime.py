@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+from priority_pubsub.app.channel.bulk import BulkSettings
+from priority_pubsub.app.channel.streams import StreamHub
 from priority_pubsub.dapr.dead_letters import DeadLetterTopics
 from priority_pubsub.dapr.delivery import DaprDelivery
 from priority_pubsub.dapr.plan import DaprPlan
@@ -15,16 +17,20 @@ from priority_pubsub.telemetry.logs import get_logger
 log = get_logger("priority_pubsub.dapr")
 
 
-def report(plan: DaprPlan, warnings: tuple[str, ...]) -> None:
-    for note in plan.notes:
-        log.info(note)
+def report(plan: DaprPlan | None, warnings: tuple[str, ...]) -> None:
+    """The start's notes and warnings (daprd flags ignored, settings not honoured)."""
     for warning in warnings:
         log.warning(warning)
+    if plan is None:
+        return
+    for note in plan.notes:
+        log.info(note)
     log.info("dapr subscriptions", component=plan.component.name, type=plan.component.type,
              queues=[{"queue": q.name, "topics": list(q.topics)} for q in plan.queues])
 
 
-async def run_dapr(settings: Settings, plan: DaprPlan) -> None:
+async def run_dapr(settings: Settings, plan: DaprPlan, streams: StreamHub | None = None
+                   ) -> None:
     from priority_pubsub.drivers.registry import build_driver
     from priority_pubsub.sidecar import Sidecar
 
@@ -36,4 +42,12 @@ async def run_dapr(settings: Settings, plan: DaprPlan) -> None:
     delivery = DaprDelivery(plan, settings.app)
     driver = DeadLetterTopics(build_driver(settings), delivery,
                               entities.publish if entities is not None else None)
-    await Sidecar(settings, driver=driver, delivery=delivery).run()
+    bulk = bulk_topics(plan) if settings.app.push else None  # streams take one by one
+    await Sidecar(settings, driver=driver, delivery=delivery, bulk=bulk,
+                  streams=streams).run()
+
+
+def bulk_topics(plan: DaprPlan) -> dict[str, BulkSettings]:
+    """The topics whose subscription enables ``bulkSubscribe``, with its limits."""
+    return {topic: BulkSettings(s.bulk_max_messages, s.bulk_max_await_ms / 1000)
+            for topic, s in plan.subscriptions.items() if s.bulk}

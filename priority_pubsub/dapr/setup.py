@@ -37,15 +37,33 @@ def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: boo
     """Read and validate; in Dapr mode also read the resources and (``reach_app``) ask the
     app for its subscriptions. Raises ``ConfigError`` (exit 2) or ``AppNotAnswering``."""
     flags = flags or DaprdFlags()
+    configuration, warnings = _daprd_configuration(config)
+    if configuration is not None:
+        config = None  # daprd's --config FILE: no priority-pubsub config was named with it
     # With daprd's flags a config file is read only when named (-c or the environment): a
     # daprd command line needs none, and a ./config.yaml of native mode must not sneak in.
     named = config is not None or bool(os.environ.get(CONFIG_ENV))
     raw = read_config_file(resolve_config_path(config)) if named or not flags.given else {}
-    warnings = flags.apply(raw)
+    for key, value in (configuration or {}).items():
+        raw.setdefault(key, value)  # the priority-pubsub config wins
+    warnings += flags.apply(raw)
     if "dapr" not in raw:
         settings = validate_config(raw)
         return Loaded(settings, None, tuple(warnings))
     return _load_dapr(raw, reach_app, warnings)
+
+
+def _daprd_configuration(config: Path | None) -> tuple[dict[str, Any] | None, list[str]]:
+    """``--config FILE`` naming a Dapr ``Configuration`` (as ``dapr run`` passes it): the
+    keys it implies and its warnings; None when the file is anything else (read as today)."""
+    if config is None or not config.is_file():
+        return None, []
+    from priority_pubsub.dapr.configuration import read_configuration
+    from priority_pubsub.settings.dapr import dapr_manifest_kind
+
+    if dapr_manifest_kind(config) != "Configuration":
+        return None, []
+    return read_configuration(config)
 
 
 def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loaded:
@@ -63,9 +81,10 @@ def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loa
     manifests = load_manifests(dapr.resources_path)
     app_url = str((raw.get("app") or {}).get("url")
                   or Settings.model_fields["app"].default.url.get_secret_value())
+    push = (raw.get("app") or {}).get("push", True) is not False
     from_app = (app_subscriptions(app_url, dapr.app_id, dapr.subscribe_timeout_s)
-                if reach_app and dapr.programmatic_subscriptions else [])
-    plan = build_plan(dapr, manifests, from_app)
+                if reach_app and push and dapr.programmatic_subscriptions else [])
+    plan = build_plan(dapr, manifests, from_app, publisher_only=not push)
     merged = deep_merge(plan.settings(), raw)
     if merged["driver"].get("type") != plan.mapped.driver["type"]:
         raise ConfigError(f"driver.type: {merged['driver'].get('type')} does not serve "

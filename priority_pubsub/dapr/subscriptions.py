@@ -34,6 +34,9 @@ class Subscription:
     scopes: tuple[str, ...] = ()
     source: str = APP_SOURCE
     bulk: bool = False
+    bulk_max_messages: int = 100
+    bulk_max_await_ms: int = 1000
+    """``bulkSubscribe.maxMessagesCount`` / ``maxAwaitDurationMs`` (daprd's defaults)."""
     compiled_rules: tuple[CompiledRule, ...] = ()
 
     @property
@@ -122,15 +125,31 @@ def _build(spec: Mapping[str, Any], rules: list[Rule], where: str,
         except ValueError as exc:
             raise ConfigError(f"{where}: routes.rules[{index}].match: {exc}") from None
     bulk = spec.get("bulkSubscribe")
+    bulk = bulk if isinstance(bulk, dict) else {}
     subscription = Subscription(
         pubsub=pubsub, topic=topic, rules=tuple(rules),
         dead_letter_topic=str(spec.get("deadLetterTopic") or "") or None,
         metadata={str(k): str(v) for k, v in metadata.items()}, scopes=scopes,
-        source=where, bulk=bool(isinstance(bulk, dict) and bulk.get("enabled")),
+        source=where, bulk=bool(bulk.get("enabled")),
+        bulk_max_messages=_positive(bulk, "maxMessagesCount", 100, where),
+        bulk_max_await_ms=_positive(bulk, "maxAwaitDurationMs", 1000, where),
         compiled_rules=tuple(compiled),
     )
     subscription.raw_payload  # noqa: B018 - a bad rawPayload is an error at load, not later
     return subscription
+
+
+def _positive(bulk: Mapping[str, Any], key: str, default: int, where: str) -> int:
+    value = bulk.get(key)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: bulkSubscribe.{key}: not a number: {value!r}") from None
+    if number < 1:
+        raise ConfigError(f"{where}: bulkSubscribe.{key}: must be at least 1")
+    return number
 
 
 def merge(declared: Iterable[Subscription], from_app_: Iterable[Subscription]

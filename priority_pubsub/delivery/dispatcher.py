@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.core.message import Message
@@ -26,6 +27,20 @@ from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver
 
 log = get_logger(__name__)
+
+
+class Consumers(Protocol):
+    """Who takes which queue's messages now (``app_channel.streams.StreamHub``)."""
+
+    def idle(self) -> frozenset[str]:
+        """Queues nobody takes from now."""
+        ...
+
+    async def changed(self) -> None:
+        """Until that changes."""
+        ...
+
+
 IDLE_WAIT_S = 20.0
 SURPLUS_REASON = "surplus: returned unseen"
 ABANDONED_REASON = "take abandoned: returned unseen"
@@ -41,6 +56,7 @@ class Dispatcher:
         settler: Settler,
         rng: random.Random | None = None,
         idle_wait_s: float = IDLE_WAIT_S,
+        consumers: Consumers | None = None,
     ) -> None:
         self._settings = settings
         self._driver = driver
@@ -51,6 +67,8 @@ class Dispatcher:
         self._weights = [q.weight for q in settings.queues]
         self._idle_wait_s = idle_wait_s
         self._quiet = False
+        self._consumers = consumers
+        """Queues nobody takes from now (streamed topics without a stream): left alone."""
         self._in_hand: list[Message] = []
         """What the take under way has received and not yet returned or handed back."""
         self.healthy = True
@@ -99,9 +117,15 @@ class Dispatcher:
             woken = await self._sweep(free, higher) + woken
         return await self._keep_best(woken, free)
 
+    def _idle(self) -> frozenset[int]:
+        if self._consumers is None:
+            return frozenset()
+        idle = self._consumers.idle()
+        return frozenset(i for i, name in enumerate(self._names) if name in idle)
+
     async def _sweep(self, free: int, skip: frozenset[int]) -> list[Message]:
         got: list[Message] = []
-        empty = set(skip)
+        empty = set(skip) | self._idle()
         while len(got) < free:
             picks = plan(self._settings.scheduling, self._weights, free - len(got),
                          frozenset(empty), self._rng)
@@ -118,19 +142,29 @@ class Dispatcher:
         return got
 
     async def _wait_any(self, free: int) -> list[Message]:
+        idle = self._idle()
         tasks = [
             asyncio.create_task(self._receive(i, free, self._idle_wait_s), name=f"wait-{name}")
-            for i, name in enumerate(self._names)
+            for i, name in enumerate(self._names) if i not in idle
         ]
+        consumers_changed = (asyncio.create_task(self._consumers_changed(), name="consumers")
+                             if self._consumers is not None else None)
         try:
-            pending: set[asyncio.Task[list[Message]]] = set(tasks)
+            pending: set[asyncio.Task[Any]] = set(tasks)
+            if consumers_changed is not None:
+                pending.add(consumers_changed)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if consumers_changed in done:
+                    break  # a queue to wait on came or went: the next round waits anew
                 if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
                     break
         finally:
             # only the waits still running need cancelling and awaiting: a gather of done
             # tasks still costs a loop turn, on the path of every wake-up
+            if consumers_changed is not None and not consumers_changed.done():
+                consumers_changed.cancel()
+                await asyncio.gather(consumers_changed, return_exceptions=True)
             unfinished = [task for task in tasks if not task.done()]
             for task in unfinished:
                 task.cancel()
@@ -148,6 +182,11 @@ class Dispatcher:
         if not woken and errors:
             raise errors[0]
         return woken
+
+    async def _consumers_changed(self) -> list[Message]:
+        assert self._consumers is not None
+        await self._consumers.changed()
+        return []
 
     async def _keep_best(self, messages: list[Message], free: int) -> list[Message]:
         keep, surplus = self._choose(messages, free)

@@ -95,6 +95,11 @@ class Receiver:
     def at_app(self) -> int:
         return self._at_app
 
+    def has_room(self) -> bool:
+        """Whether another message could be taken now (a filling batch can still grow)."""
+        return (self._open.is_set() and self._capacity(self._at_app) > 0
+                and len(self._tasks) < self._most_held)
+
     @property
     def paused(self) -> bool:
         return not self._open.is_set()

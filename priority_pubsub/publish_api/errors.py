@@ -129,3 +129,8 @@ def unauthenticated(detail: str) -> DaprError:
     """gRPC only (``auth.go``): HTTP answers 401 ``invalid api token`` as plain text."""
     return DaprError(401, "UNAUTHENTICATED", "", "Unauthorized", "Unauthorized",
                      {"http.code": "401", "http.error_message": detail})
+
+
+def streaming(message: str, grpc_code: str) -> DaprError:
+    """A streaming subscription refused (gRPC only: ``SubscribeTopicEventsAlpha1``)."""
+    return DaprError(400, grpc_code, "ERR_PUBSUB_SUBSCRIBE", "DAPR_PUBSUB_SUBSCRIBE", message)

@@ -1,13 +1,16 @@
 """daprd's gRPC publish API (``pkg/api/grpc/grpc.go``): ``Dapr.PublishEvent``,
-``BulkPublishEventAlpha1`` and ``BulkPublishEvent`` on the service Dapr publishes (the
-``dapr`` package's stubs); every other ``Dapr`` method answers UNIMPLEMENTED. The token is
-checked as ``pkg/api/grpc/auth.go`` checks it; a request over ``max_body_bytes`` is refused
-by gRPC itself (RESOURCE_EXHAUSTED), as daprd's ``--max-body-size`` does.
+``BulkPublishEventAlpha1`` and ``BulkPublishEvent``, ``GetMetadata``, ``SetMetadata`` and
+``Shutdown`` on the service Dapr publishes (the ``dapr`` package's stubs); every other ``Dapr``
+method answers UNIMPLEMENTED. The token is checked as ``pkg/api/grpc/auth.go`` checks it; a
+request over ``max_body_bytes`` is refused by gRPC itself (RESOURCE_EXHAUSTED), as daprd's
+``--max-body-size`` does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
@@ -16,22 +19,96 @@ from google.protobuf import any_pb2, empty_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from priority_pubsub.app.channel.streams import Stream, StreamHub
 from priority_pubsub.publish_api import errors
 from priority_pubsub.publish_api.envelope import Trace
+from priority_pubsub.publish_api.metadata import SidecarMetadata
 from priority_pubsub.publish_api.service import BulkEntry, PublishService, require_unique_ids
 
 if TYPE_CHECKING:
+    from dapr.proto.runtime.v1.dapr_pb2 import ShutdownRequest
+    from dapr.proto.runtime.v1.metadata_pb2 import (
+        GetMetadataRequest,
+        GetMetadataResponse,
+        SetMetadataRequest,
+    )
     from dapr.proto.runtime.v1.pubsub_pb2 import (
         BulkPublishRequest,
         BulkPublishResponse,
         PublishEventRequest,
+        SubscribeTopicEventsRequestAlpha1,
+        SubscribeTopicEventsRequestInitialAlpha1,
+        SubscribeTopicEventsResponseAlpha1,
     )
 
 
 class PublishServicer(dapr_pb2_grpc.DaprServicer):
-    def __init__(self, service: PublishService, api_token: str) -> None:
+    def __init__(self, service: PublishService, api_token: str, metadata: SidecarMetadata,
+                 shutdown: Callable[[], None], streams: StreamHub | None = None) -> None:
         self._service = service
         self._token = api_token
+        self._metadata = metadata
+        self._shutdown = shutdown
+        self._streams = streams
+
+    async def SubscribeTopicEventsAlpha1(
+        self, request_iterator: AsyncIterator[SubscribeTopicEventsRequestAlpha1],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[SubscribeTopicEventsResponseAlpha1]:
+        """A streaming subscription (``app_channel.streams``): the initial request names the
+        topic; ``initial_response``, then each event, answered on the same stream."""
+        from dapr.proto.runtime.v1.pubsub_pb2 import (
+            SubscribeTopicEventsResponseAlpha1,
+            SubscribeTopicEventsResponseInitialAlpha1,
+        )
+
+        await self._authenticate(context)
+        first = await anext(aiter(request_iterator), None)
+        if first is None or not first.HasField("initial_request"):
+            await _abort(context, errors.streaming("the first message must be an initial "
+                                                   "request", "INVALID_ARGUMENT"))
+        hub = await self._hub_for(first.initial_request, context)
+        stream = hub.open(first.initial_request.topic, first.initial_request.dead_letter_topic)
+        answers = asyncio.create_task(_read_answers(request_iterator, stream))
+        answers.add_done_callback(lambda _: hub.close(stream))
+        try:
+            yield SubscribeTopicEventsResponseAlpha1(
+                initial_response=SubscribeTopicEventsResponseInitialAlpha1())
+            while (event := await stream.outgoing.get()) is not None:
+                yield SubscribeTopicEventsResponseAlpha1(event_message=event)
+        finally:
+            hub.close(stream)
+            answers.cancel()
+            await asyncio.gather(answers, return_exceptions=True)
+
+    async def _hub_for(self, initial: SubscribeTopicEventsRequestInitialAlpha1,
+                       context: grpc.aio.ServicerContext[Any, Any]) -> StreamHub:
+        hub = self._streams
+        if hub is None or initial.pubsub_name != hub.pubsub_name:
+            await _abort(context, errors.streaming(
+                f"pubsub {initial.pubsub_name} not found", "INVALID_ARGUMENT"))
+        if initial.topic not in hub.queues:
+            await _abort(context, errors.streaming(
+                f"topic {initial.topic} has no queue on this sidecar (streamed topics: "
+                f"{sorted(hub.queues)})", "NOT_FOUND"))
+        return hub
+
+    async def GetMetadata(self, request: GetMetadataRequest,
+                          context: grpc.aio.ServicerContext[Any, Any]) -> GetMetadataResponse:
+        await self._authenticate(context)
+        return self._metadata.as_proto()
+
+    async def SetMetadata(self, request: SetMetadataRequest,
+                          context: grpc.aio.ServicerContext[Any, Any]) -> empty_pb2.Empty:
+        await self._authenticate(context)
+        self._metadata.set(request.key, request.value)
+        return empty_pb2.Empty()
+
+    async def Shutdown(self, request: ShutdownRequest,
+                       context: grpc.aio.ServicerContext[Any, Any]) -> empty_pb2.Empty:
+        await self._authenticate(context)
+        self._shutdown()
+        return empty_pb2.Empty()
 
     async def PublishEvent(
         self, request: PublishEventRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -85,6 +162,17 @@ class PublishServicer(dapr_pb2_grpc.DaprServicer):
                                                          "mismatch"))
 
 
+async def _read_answers(requests: AsyncIterator[SubscribeTopicEventsRequestAlpha1],
+                        stream: Stream) -> None:
+    """The app's answers, until it closes its side (then its stream closes)."""
+    from priority_pubsub.app.channel.grpc import status_outcome
+
+    async for request in requests:
+        if request.HasField("event_processed"):
+            processed = request.event_processed
+            stream.answer(processed.id, status_outcome(processed.status.status))
+
+
 def _trace(context: grpc.aio.ServicerContext[Any, Any]) -> Trace:
     found = {key: str(value) for key, value in context.invocation_metadata() or ()}
     return Trace(found.get("traceparent", ""), found.get("tracestate", ""))
@@ -116,10 +204,10 @@ def _packed(message: Any) -> any_pb2.Any:
     return packed
 
 
-async def start_server(service: PublishService, host: str, port: int, api_token: str,
-                       max_body_bytes: int) -> tuple[grpc.aio.Server, int]:
+async def start_server(servicer: PublishServicer, host: str, port: int, max_body_bytes: int
+                       ) -> tuple[grpc.aio.Server, int]:
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_body_bytes)])
-    dapr_pb2_grpc.add_DaprServicer_to_server(PublishServicer(service, api_token), server)
+    dapr_pb2_grpc.add_DaprServicer_to_server(servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port} (gRPC publish API)")

@@ -1,9 +1,10 @@
 """daprd's HTTP publish API (``pkg/api/http/http.go``): ``POST|PUT /v1.0/publish/{pubsubname}/
 {topic}``, bulk ``/v1.0-alpha1/publish/bulk/...`` (and ``/v1.0/publish/bulk/...``),
 ``GET /v1.0/healthz`` and ``/v1.0/healthz/outbound`` (the SDKs poll the latter before their
-first call). ``dapr-api-token`` checked as daprd's middleware does (health exempt); bodies
-over ``max_body_bytes`` refused as daprd's limited reader refuses them (500, "stream too
-large"). Every other Dapr API answers 404: this sidecar serves only publishing.
+first call), ``GET /v1.0/metadata`` (``metadata``), ``PUT /v1.0/metadata/{key}`` and
+``POST /v1.0/shutdown`` (stops the sidecar as SIGTERM does). ``dapr-api-token`` checked as
+daprd's middleware does (health exempt); bodies over ``max_body_bytes`` refused as daprd's
+limited reader refuses them (500, "stream too large"). Every other Dapr API answers 404.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from priority_pubsub.publish_api import errors
 from priority_pubsub.publish_api.envelope import EnvelopeError, Trace, bulk_entry_bytes
+from priority_pubsub.publish_api.metadata import SidecarMetadata
 from priority_pubsub.publish_api.service import (
     BulkEntry,
     PublishService,
@@ -30,11 +32,15 @@ _HEALTH_PATHS = ("/v1.0/healthz", "/v1.0/healthz/outbound")
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(service: PublishService, api_token: str, max_body_bytes: int) -> web.Application:
+def build_app(service: PublishService, api_token: str, max_body_bytes: int,
+              metadata: SidecarMetadata, shutdown: Callable[[], None]) -> web.Application:
     app = web.Application(client_max_size=max_body_bytes,
                           middlewares=[_token_middleware(api_token)])
     app.router.add_get("/v1.0/healthz", lambda _: _health(service))
     app.router.add_get("/v1.0/healthz/outbound", lambda _: _health(service))
+    app.router.add_get("/v1.0/metadata", lambda _: _metadata(metadata))
+    app.router.add_put("/v1.0/metadata/{key}", _set_metadata(metadata))
+    app.router.add_post("/v1.0/shutdown", lambda _: _shutdown(shutdown))
     bulk = _bulk_handler(service)
     single = _publish_handler(service, max_body_bytes)
     for method in ("POST", "PUT"):
@@ -62,6 +68,24 @@ async def _health(service: PublishService) -> web.Response:
         return web.Response(status=204)
     body = {"errorCode": "ERR_HEALTH_NOT_READY", "message": "dapr is not ready"}
     return web.json_response(body, status=500)
+
+
+async def _metadata(metadata: SidecarMetadata) -> web.Response:
+    return web.json_response(metadata.as_json())
+
+
+def _set_metadata(metadata: SidecarMetadata) -> _Handler:
+    async def put(request: web.Request) -> web.Response:
+        metadata.set(request.match_info["key"], (await request.read()).decode(errors="replace"))
+        return web.Response(status=204)
+
+    return put
+
+
+async def _shutdown(shutdown: Callable[[], None]) -> web.Response:
+    """daprd answers 204 and then shuts down as on SIGTERM (``pkg/api/http/shutdown.go``)."""
+    shutdown()
+    return web.Response(status=204)
 
 
 def _error(exc: errors.DaprError) -> web.Response:

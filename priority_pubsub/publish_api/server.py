@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from priority_pubsub.app.channel.streams import StreamHub
 from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.publish_api.metadata import SidecarMetadata, describe
 from priority_pubsub.publish_api.service import ComponentSink, PublishService, QueueSink, Sink
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.settings.publish_api import PublishApiConfig
@@ -37,28 +42,68 @@ def build_service(settings: Settings, plan: DaprPlan | None) -> PublishService:
                           ComponentSink(entities))
 
 
+def stream_hub(settings: Settings, plan: DaprPlan | None) -> StreamHub | None:
+    """A sidecar with no app to push to serves its topics to streaming subscriptions (the
+    publish API's gRPC port): native mode each queue as its own topic, Dapr mode the planned
+    topics. None when there is an app to push to, or nothing to stream."""
+    if settings.app.push or settings.publish_api is None or settings.publish_api.grpc_port is None:
+        return None
+    if plan is None:
+        queues = {name: name for name in settings.queue_names}
+        pubsub = settings.app.pubsub_name
+    else:
+        queues = {topic: queue.name for queue in plan.queues for topic in queue.topics}
+        pubsub = plan.component.name
+    return StreamHub(pubsub, queues) if queues else None
+
+
+async def until_stopped(block_s: float = 0) -> None:
+    """A publisher-only sidecar (no app to push to) serves its API until SIGTERM/SIGINT,
+    then ``block_s`` more (daprd's ``--dapr-block-shutdown-duration``: no app to report
+    itself unhealthy, so the whole duration)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("publisher-only: no app to deliver to; serving the API until stopped")
+    await stop.wait()
+    await asyncio.sleep(block_s)
+    log.info("stopped")
+
+
+def stop_as_sigterm() -> None:
+    """``/v1.0/shutdown`` and ``Shutdown``: the sidecar stops exactly as on SIGTERM (drain,
+    return what is unfinished), the API answering first, as daprd's does."""
+    asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signal.SIGTERM)
+
+
 @contextlib.asynccontextmanager
-async def serving(settings: Settings, plan: DaprPlan | None = None) -> AsyncIterator[None]:
-    """Serve the API for the duration of the block (nothing when ``publish_api`` is off)."""
+async def serving(settings: Settings, plan: DaprPlan | None = None,
+                  shutdown: Callable[[], None] = stop_as_sigterm,
+                  streams: StreamHub | None = None) -> AsyncIterator[None]:
+    """Serve the API for the duration of the block (nothing when ``publish_api`` is off);
+    with ``streams`` also streaming subscriptions on the gRPC port."""
     api = settings.publish_api
     if api is None:
         yield
         return
     service = build_service(settings, plan)
+    metadata = describe(settings, plan, service.app_id, streams)
     runner = None
     grpc_server = None
     try:
         await service.start()
-        runner = await _start_http(service, api)
+        runner = await _start_http(service, api, metadata, shutdown)
         if api.grpc_port is not None:
             from priority_pubsub.settings.grpc_address import require_grpc_extra
 
             require_grpc_extra("publish_api.grpc_port (grpc_port: null serves HTTP only)")
-            from priority_pubsub.publish_api.grpc import start_server
+            from priority_pubsub.publish_api.grpc import PublishServicer, start_server
 
-            grpc_server, _ = await start_server(
-                service, api.host, api.grpc_port, api.api_token.get_secret_value(),
-                api.max_body_bytes)
+            servicer = PublishServicer(service, api.api_token.get_secret_value(), metadata,
+                                       shutdown, streams)
+            grpc_server, _ = await start_server(servicer, api.host, api.grpc_port,
+                                                api.max_body_bytes)
         log.info("publish API listening", host=api.host, http_port=api.http_port,
                  grpc_port=api.grpc_port, pubsub=service.pubsub_name)
         yield
@@ -70,10 +115,13 @@ async def serving(settings: Settings, plan: DaprPlan | None = None) -> AsyncIter
         await service.close()
 
 
-async def _start_http(service: PublishService, api: PublishApiConfig) -> web.AppRunner:
+async def _start_http(service: PublishService, api: PublishApiConfig,
+                      metadata: SidecarMetadata, shutdown: Callable[[], None]
+                      ) -> web.AppRunner:
     from priority_pubsub.publish_api.http import build_app
 
-    app = build_app(service, api.api_token.get_secret_value(), api.max_body_bytes)
+    app = build_app(service, api.api_token.get_secret_value(), api.max_body_bytes, metadata,
+                    shutdown)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:

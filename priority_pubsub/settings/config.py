@@ -136,6 +136,9 @@ class AppConfig(_Strict):
     """None: TCP connect gate only (see ``TCP_GATE``)."""
     circuit_breaker: CircuitBreakerConfig | None = None
     """None: no circuit breaker (daprd has none on the app channel unless configured)."""
+    push: bool = True
+    """False: there is no app to push to (daprd without ``--app-port``): the publish API,
+    metadata and streaming subscriptions are served, nothing is delivered to ``url``."""
 
     @property
     def health_probe(self) -> HealthConfig:
@@ -205,11 +208,16 @@ class LeaseConfig(_Strict):
 
 class ShutdownConfig(_Strict):
     grace_s: float = Field(default=30, ge=0)
+    block_s: float = Field(default=0, ge=0)
+    """daprd's ``--dapr-block-shutdown-duration``: after SIGTERM keep running (delivering and
+    serving the publish API) this long, or until the app's health probe fails, then drain."""
 
 
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=9464, ge=0, le=65535)
+    metrics: bool = True
+    """False (daprd's ``--enable-metrics=false``): no ``/metrics``; health stays served."""
     depth_interval_s: float = Field(default=15, gt=0)
     """How often queue depth is refreshed for ``priority_pubsub_queue_depth``."""
     stall_after_s: float = Field(default=10, gt=0)
@@ -234,6 +242,9 @@ class TracingConfig(_Strict):
     protocol: Literal["grpc", "http"] | None = None
     """Default: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``, else
     grpc."""
+    zipkin_endpoint: str | None = None
+    """A Zipkin collector URL (``http://host:9411/api/v2/spans``): spans go there through
+    OpenTelemetry's Zipkin exporter instead of OTLP (daprd's ``tracing.zipkin``)."""
     sample_ratio: float | None = Field(default=None, ge=0, le=1)
     """Share of new traces recorded (a sampled parent is always followed). Default:
     ``OTEL_TRACES_SAMPLER_ARG``, else 1."""
@@ -253,7 +264,8 @@ class Settings(_Strict):
     """The whole sidecar configuration (README: Configuration)."""
 
     driver: DriverConfig = DriverConfig()
-    queues: tuple[QueueConfig, ...] = Field(min_length=1)
+    queues: tuple[QueueConfig, ...] = ()
+    """At least one, but for a publisher-only sidecar (``app.push: false``)."""
     scheduling: Literal["strict", "weighted"] = "strict"
     concurrency: int = Field(default=4, ge=1, le=4096)
     transforms: tuple[str | TransformEntry, ...] = ()
@@ -276,6 +288,9 @@ class Settings(_Strict):
 
     @model_validator(mode="after")
     def _distinct_queues(self) -> Settings:
+        if not self.queues and self.app.push:
+            raise ValueError("queues: at least one queue to deliver from (none only with "
+                             "app.push: false, a publisher-only sidecar)")
         names = [q.name for q in self.queues]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:

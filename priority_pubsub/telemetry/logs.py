@@ -27,6 +27,22 @@ class RedactingFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
+class ExporterErrorsOnOneLine(logging.Filter):
+    """OpenTelemetry's exporters log a full traceback for every failed export (a collector
+    or Zipkin that is not there, as ``dapr run``'s default Configuration names one): one line
+    with the error instead, every time, so the logs stay readable and the failure visible."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("opentelemetry") and record.exc_info:
+            error = record.exc_info[1]
+            first = str(error).splitlines()[0] if error is not None and str(error) else ""
+            record.msg = f"{record.getMessage()}: {type(error).__name__}: {first}"[:500]
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
@@ -49,6 +65,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(RedactingFormatter(logging.BASIC_FORMAT))
+    handler.addFilter(ExporterErrorsOnOneLine())
     logging.basicConfig(level=max(numeric, logging.WARNING), handlers=[handler], force=True)
 
 

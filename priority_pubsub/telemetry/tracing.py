@@ -215,7 +215,8 @@ def build_tracer(settings: Settings) -> DeliveryTracer:
     )
     provider.add_span_processor(BatchSpanProcessor(_exporter(config)))
     system = _MESSAGING_SYSTEMS.get(settings.driver.type, settings.driver.type)
-    log.info("tracing on", protocol=config.protocol, endpoint=config.otlp_endpoint or "from env")
+    log.info("tracing on", protocol="zipkin" if config.zipkin_endpoint else config.protocol,
+             endpoint=config.zipkin_endpoint or config.otlp_endpoint or "from env")
     return OtelDeliveryTracer(provider, system)
 
 
@@ -242,6 +243,10 @@ def _sample_ratio(config: TracingConfig) -> float:
 
 
 def _exporter(config: TracingConfig) -> SpanExporter:
+    if config.zipkin_endpoint:
+        from opentelemetry.exporter.zipkin.json import ZipkinExporter
+
+        return ZipkinExporter(endpoint=config.zipkin_endpoint)
     endpoint = config.otlp_endpoint
     if config.protocol == "http":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (

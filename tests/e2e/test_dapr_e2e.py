@@ -159,16 +159,16 @@ def test_check_names_a_route_the_app_does_not_serve(
     assert "/orders (" not in result.stderr
 
 
-def test_daprd_flags_replace_the_config_and_a_dapr_only_flag_is_named(
+def test_daprd_flags_replace_the_config_and_an_unsafe_daprd_flag_is_refused(
     tmp_path: Path, app: RecordingApp, sns: Sns, moto_server: MotoServer
 ) -> None:
     topic = unique("orders")
     resources = write_resources(tmp_path / "resources", snssqs_component("shop", moto_server),
                                 subscription_v2("orders", "shop", topic, default="/orders"))
     wrong = cli("run", "--resources-path", str(resources), "--app-id", "a",
-                "--dapr-internal-grpc-port", "50002")
+                "--unix-domain-socket", str(tmp_path))
     assert wrong.returncode == 2
-    assert "daprd flag --dapr-internal-grpc-port means nothing" in wrong.stderr
+    assert "daprd flag --unix-domain-socket cannot be honoured" in wrong.stderr
     base = dapr_config(tmp_path, resources, "ignored", "http://127.0.0.1:1")
     del base["dapr"], base["app"]
     sidecar = start_sidecar(tmp_path, base, args=(

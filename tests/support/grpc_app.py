@@ -1,7 +1,7 @@
 """A real gRPC app of the tests' own: Dapr's ``AppCallback`` service (the stubs the ``dapr``
 package ships) on a free port, recording every ``OnTopicEvent`` with its metadata and
 answering per topic as a test scripts it: a ``TopicEventResponse`` status, or a gRPC error
-code (UNIMPLEMENTED, INTERNAL...)."""
+code (UNIMPLEMENTED, INTERNAL...); ``OnBulkTopicEvent`` recorded and answered per entry."""
 
 from __future__ import annotations
 
@@ -34,6 +34,10 @@ Answer = int | grpc.StatusCode
 @dataclass
 class GrpcApp:
     answer: Callable[[appcallback_pb2.TopicEventRequest], Answer] = lambda _: SUCCESS
+    bulk_answer: Callable[[appcallback_pb2.TopicEventBulkRequestEntry], int | None] = (
+        lambda _: SUCCESS)
+    """A bulk entry's status, or None to leave the entry out of the answer."""
+    bulk_calls: list[appcallback_pb2.TopicEventBulkRequest] = field(default_factory=list)
     subscriptions: list[appcallback_pb2.TopicSubscription] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     port: int = field(default_factory=free_port)
@@ -77,6 +81,18 @@ class _Servicer(appcallback_pb2_grpc.AppCallbackServicer):
         if isinstance(answer, grpc.StatusCode):
             context.abort(answer, f"scripted {answer.name} for topic {request.topic}")
         return appcallback_pb2.TopicEventResponse(status=answer)
+
+
+    def OnBulkTopicEvent(self, request: Any, context: Any) -> Any:
+        with self._app._lock:
+            self._app.bulk_calls.append(request)
+        statuses = []
+        for entry in request.entries:
+            status = self._app.bulk_answer(entry)
+            if status is not None:
+                statuses.append(appcallback_pb2.TopicEventBulkResponseEntry(
+                    entry_id=entry.entry_id, status=status))
+        return appcallback_pb2.TopicEventBulkResponse(statuses=statuses)
 
 
 class _Health(appcallback_pb2_grpc.AppCallbackHealthCheckServicer):

@@ -85,5 +85,5 @@ def test_each_command_refuses_a_daprd_only_flag_before_loading(
 ) -> None:
     result = CliRunner().invoke(cli.app, [*command, "--enable-mtls"])
     assert result.exit_code == 2
-    assert "daprd flag --enable-mtls means nothing" in result.output
+    assert "daprd flag --enable-mtls cannot be honoured" in result.output
     assert loads == []

@@ -37,8 +37,8 @@ def test_app_protocol_grpc_makes_a_grpc_app_url() -> None:
     raw: dict[str, object] = {}
     DaprdFlags(app_port=13551, app_protocol="grpc").apply(raw)
     assert raw["app"] == {"url": "grpc://127.0.0.1:13551"}
-    with pytest.raises(ConfigError, match="only http and grpc"):
-        DaprdFlags(app_port=1, app_protocol="https").apply({})
+    with pytest.raises(ConfigError, match="only http, https and grpc"):
+        DaprdFlags(app_port=1, app_protocol="grpcs").apply({})
 
 
 def test_daprd_port_flags_turn_the_publish_api_on_as_daprd_serves_it() -> None:

@@ -22,11 +22,12 @@ import binascii
 import re
 from typing import TYPE_CHECKING, Any
 
+from priority_pubsub.app.channel.bulk import BULK_EVENT_TYPE, Batch
 from priority_pubsub.app.request import Prepared, Target
 from priority_pubsub.core.json_text import go_json
 
 if TYPE_CHECKING:
-    from dapr.proto.runtime.v1.appcallback_pb2 import TopicEventRequest
+    from dapr.proto.runtime.v1.appcallback_pb2 import TopicEventBulkRequest, TopicEventRequest
 
 DUPLICATED_FIELDS = frozenset(
     {"id", "source", "datacontenttype", "type", "specversion", "data", "data_base64"})
@@ -59,6 +60,30 @@ def topic_event_request(prepared: Prepared) -> TopicEventRequest:
     request.extensions.update(
         {key: value for key, value in event.items() if key not in DUPLICATED_FIELDS})
     return request
+
+
+def topic_event_bulk_request(batch: Batch) -> TopicEventBulkRequest:
+    """A batch as daprd's gRPC bulk request: each entry's CloudEvent as
+    ``TopicEventCERequest`` (``postman/grpc/grpc.go`` ``DeliverBulk``)."""
+    from dapr.proto.runtime.v1.appcallback_pb2 import (
+        TopicEventBulkRequest,
+        TopicEventBulkRequestEntry,
+        TopicEventCERequest,
+    )
+
+    entries = []
+    for entry in batch.entries:
+        single = topic_event_request(entry.prepared)
+        cloud_event = TopicEventCERequest(
+            id=single.id, source=single.source, type=single.type,
+            spec_version=single.spec_version, data_content_type=single.data_content_type,
+            data=single.data, extensions=single.extensions)
+        entries.append(TopicEventBulkRequestEntry(
+            entry_id=entry.entry_id, cloud_event=cloud_event,
+            content_type="application/cloudevents+json", metadata=entry.metadata))
+    return TopicEventBulkRequest(
+        id=batch.id, entries=entries, metadata={"pubsubName": batch.pubsub},
+        topic=batch.topic, pubsub_name=batch.pubsub, type=BULK_EVENT_TYPE, path=batch.path)
 
 
 def event_data(event: dict[str, Any]) -> bytes:

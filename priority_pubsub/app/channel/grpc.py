@@ -19,7 +19,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from priority_pubsub.app.channel.envelope import EnvelopeError, grpc_metadata, topic_event_request
+from priority_pubsub.app.channel.bulk import Batch, entry_outcome
+from priority_pubsub.app.channel.envelope import (
+    EnvelopeError,
+    grpc_metadata,
+    topic_event_bulk_request,
+    topic_event_request,
+)
 from priority_pubsub.app.request import NOT_REACHABLE, Prepared
 from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.settings.config import AppConfig
@@ -79,6 +85,33 @@ class GrpcAppChannel:
             return self._rpc_error(exc, request.id)
         return status_outcome(answer.status)
 
+    async def deliver_bulk(self, batch: Batch) -> dict[str, Outcome] | Outcome:
+        """A batch as ``TopicEventBulkRequest``: ``AppCallback.OnBulkTopicEvent``, and
+        ``AppCallbackAlpha.OnBulkTopicEventAlpha1`` for an app without it (older SDKs)."""
+        import grpc
+        from dapr.proto.runtime.v1.appcallback_pb2_grpc import AppCallbackAlphaStub
+
+        assert self._stub is not None, "start() first"
+        assert self._channel is not None
+        try:
+            request = topic_event_bulk_request(batch)
+        except EnvelopeError as exc:
+            return Outcome.retry(f"error returned from app while processing pub/sub event: {exc}")
+        metadata = grpc_metadata(batch.entries[0].prepared.request.headers)
+        try:
+            try:
+                answer = await self._stub.OnBulkTopicEvent(
+                    request, timeout=self._app.timeout_s, metadata=metadata)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                answer = await AppCallbackAlphaStub(self._channel).OnBulkTopicEventAlpha1(
+                    request, timeout=self._app.timeout_s, metadata=metadata)
+        except grpc.aio.AioRpcError as exc:
+            return self._rpc_error(exc, request.id)
+        return {entry.entry_id: _bulk_status(entry.status, entry.entry_id)
+                for entry in answer.statuses}
+
     def _rpc_error(self, exc: grpc.aio.AioRpcError, event_id: str) -> Outcome:
         import grpc
 
@@ -113,6 +146,14 @@ def status_outcome(status: int) -> Outcome:
     if status == TopicEventResponse.DROP:
         return Outcome.drop("app answered DROP")
     return Outcome.retry(f"app answered unknown status {status}")
+
+
+def _bulk_status(status: int, entry_id: str) -> Outcome:
+    from dapr.proto.runtime.v1.appcallback_pb2 import TopicEventResponse
+
+    names: dict[int, str] = {TopicEventResponse.SUCCESS: "SUCCESS",
+                             TopicEventResponse.RETRY: "RETRY", TopicEventResponse.DROP: "DROP"}
+    return entry_outcome(names.get(int(status), str(status)), entry_id)
 
 
 async def app_callback_health(

@@ -1,0 +1,194 @@
+"""Bulk subscriptions as daprd delivers them over HTTP (dapr ``pkg/runtime/pubsub/
+bulksubscribe.go`` envelope; ``postman/http/http.go`` ``DeliverBulk``: per-entry
+``statuses``, an entry missing from the answer retried), on Redis behind the real sidecar
+started with a daprd command line.
+
+- An app answering SUCCESS, RETRY, DROP and nothing in one batch: each entry settled by its
+  own status (acked, retried, dropped, retried), the retried ones in a later batch.
+- The same over gRPC (``OnBulkTopicEvent``, the subscription from the app's
+  ``ListTopicSubscriptions`` with its ``bulk_subscribe`` config).
+- A high message published while a low batch holds every worker is in the next batch.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+from dapr.proto.runtime.v1 import appcallback_pb2
+
+from tests.e2e.helpers import journal_records
+from tests.support.app import Received, RecordingApp, Reply
+from tests.support.dapr_resources import dapr_event
+from tests.support.daprd import Daprd, redis_resources
+from tests.support.grpc_app import DROP, RETRY, SUCCESS, GrpcApp
+from tests.support.redis_server import OwnRedis
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.redis
+
+
+def _bulk_subscription(topic: str, max_messages: int, max_await_ms: int,
+                       priority: int = 0) -> dict[str, Any]:
+    return {"apiVersion": "dapr.io/v2alpha1", "kind": "Subscription",
+            "metadata": {"name": topic},
+            "spec": {"pubsubname": "orderpubsub", "topic": topic,
+                     "routes": {"default": f"/{topic}"},
+                     "metadata": {"priority": str(priority)},
+                     "bulkSubscribe": {"enabled": True, "maxMessagesCount": max_messages,
+                                       "maxAwaitDurationMs": max_await_ms}}}
+
+
+def _own_config(tmp_path: Path) -> dict[str, str]:
+    """A priority-pubsub config beside the daprd line: journal and quick retries."""
+    path = tmp_path / "priority-pubsub.yaml"
+    path.write_text(yaml.safe_dump({
+        "journal": {"path": str(tmp_path / "journal")},
+        "retry": {"initial_delay_s": 0.2, "max_delay_s": 1, "max_attempts": 5},
+        "shutdown": {"grace_s": 2}}))
+    return {"PRIORITY_PUBSUB_CONFIG": str(path)}
+
+
+def _publish(own_redis: OwnRedis, topic: str, orders: list[int]) -> None:
+    client = redis.Redis(port=own_redis.port)
+    for order in orders:  # as daprd's pubsub.redis publishes: XADD topic * data <event>
+        client.xadd(topic, {"data": dapr_event({"orderId": order}, topic=topic,
+                                               pubsub="orderpubsub")})
+    client.close()
+
+
+def _batches(app: RecordingApp, path: str) -> list[dict[str, Any]]:
+    return [json.loads(r.body) for r in list(app.received) if r.path == path]
+
+
+def _order_ids(batch: dict[str, Any]) -> list[int]:
+    return [entry["event"]["data"]["orderId"] for entry in batch["entries"]]
+
+
+def test_each_entry_of_a_batch_is_settled_by_its_own_status(
+    tmp_path: Path, own_redis: OwnRedis
+) -> None:
+    seen: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def answer(received: Received) -> Reply:
+        if received.path != "/orders":
+            return Reply()
+        statuses = []
+        for entry in json.loads(received.body)["entries"]:
+            order = entry["event"]["data"]["orderId"]
+            with lock:
+                seen[order] = seen.get(order, 0) + 1
+                first = seen[order] == 1
+            status = {0: "SUCCESS", 1: "RETRY", 2: "DROP", 3: None}[order] if first else "SUCCESS"
+            if status is not None:  # order 3 left out of the first answer: retried
+                statuses.append({"entryId": entry["entryId"], "status": status})
+        return Reply(body={"statuses": statuses})
+
+    resources = redis_resources(tmp_path / "resources", own_redis.port,
+                                [_bulk_subscription("orders", 4, 2000)])
+    _publish(own_redis, "orders", [0, 1, 2, 3])
+    with RecordingApp(answer) as app:
+        daprd = Daprd(tmp_path, "bulk-orders", resources, app.port,
+                      "--app-max-concurrency", "4", env=_own_config(tmp_path))
+        try:
+            daprd.wait_api()
+            wait_until(lambda: seen.get(1) == 2 and seen.get(3) == 2, 30)
+            time.sleep(1.5)  # a redelivery of 0 or 2 would show up here
+        finally:
+            assert daprd.stop() == 0, daprd.logs()[-3000:]
+    first, *later = _batches(app, "/orders")
+    assert sorted(_order_ids(first)) == [0, 1, 2, 3]
+    assert {k: v for k, v in first.items() if k not in ("entries", "id")} == {
+        "metadata": {"pubsubName": "orderpubsub"}, "pubsubname": "orderpubsub",
+        "topic": "orders", "type": "com.dapr.event.sent.bulk"}
+    entry = first["entries"][0]
+    assert entry["contentType"] == "application/cloudevents+json"
+    assert entry["event"]["type"] == "com.dapr.event.sent"
+    assert sorted(i for batch in later for i in _order_ids(batch)) == [1, 3]
+    by_message: dict[str, list[str]] = {}
+    for record in journal_records(tmp_path / "journal"):
+        by_message.setdefault(record["message_id"], []).append(record["outcome"])
+    # four messages, each settled by its entry's status: SUCCESS acked, DROP dropped, RETRY
+    # and the missing entry retried (then acked in a later batch)
+    assert sorted(by_message.values()) == [["ack"], ["drop"], ["retry", "ack"],
+                                           ["retry", "ack"]]
+
+
+def test_a_high_message_published_while_low_batches_run_is_in_the_next_batch(
+    tmp_path: Path, own_redis: OwnRedis
+) -> None:
+    def slow_low(received: Received) -> Reply:
+        if received.path not in ("/low", "/high"):
+            return Reply()
+        entries = json.loads(received.body)["entries"]
+        return Reply(delay_s=1.0 if received.path == "/low" else 0.0, body={"statuses": [
+            {"entryId": e["entryId"], "status": "SUCCESS"} for e in entries]})
+
+    resources = redis_resources(tmp_path / "resources", own_redis.port, [
+        _bulk_subscription("high", 2, 300, priority=1),
+        _bulk_subscription("low", 2, 300, priority=2)])
+    _publish(own_redis, "low", list(range(6)))
+    with RecordingApp(slow_low) as app:
+        daprd = Daprd(tmp_path, "bulk-priority", resources, app.port,
+                      "--app-max-concurrency", "2", env=_own_config(tmp_path))
+        try:
+            daprd.wait_api()
+            wait_until(lambda: len(_batches(app, "/low")) >= 1, 30)
+            published_at = len([r for r in app.received if r.path in ("/low", "/high")])
+            _publish(own_redis, "high", [100])
+            wait_until(lambda: sum(len(b["entries"]) for b in _batches(app, "/low")) >= 6, 30)
+        finally:
+            assert daprd.stop() == 0, daprd.logs()[-3000:]
+    sent = [r for r in app.received if r.path in ("/low", "/high")]
+    assert len(json.loads(sent[0].body)["entries"]) == 2  # a batch holds both workers
+    assert sent[published_at].path == "/high", [r.path for r in sent]
+    assert _order_ids(json.loads(sent[published_at].body)) == [100]
+
+
+def test_over_grpc_each_entry_is_settled_by_its_own_status(
+    tmp_path: Path, own_redis: OwnRedis
+) -> None:
+    seen: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def answer(entry: appcallback_pb2.TopicEventBulkRequestEntry) -> int | None:
+        order = json.loads(entry.cloud_event.data)["orderId"]
+        with lock:
+            seen[order] = seen.get(order, 0) + 1
+            first = seen[order] == 1
+        return {0: SUCCESS, 1: RETRY, 2: DROP, 3: None}[order] if first else SUCCESS
+
+    subscription = appcallback_pb2.TopicSubscription(
+        pubsub_name="orderpubsub", topic="orders",
+        bulk_subscribe=appcallback_pb2.BulkSubscribeConfig(
+            enabled=True, max_messages_count=4, max_await_duration_ms=2000))
+    resources = redis_resources(tmp_path / "resources", own_redis.port, [])
+    _publish(own_redis, "orders", [0, 1, 2, 3])
+    with GrpcApp(bulk_answer=answer, subscriptions=[subscription]) as app:
+        daprd = Daprd(tmp_path, "bulk-grpc", resources, app.port, "--app-protocol", "grpc",
+                      "--app-max-concurrency", "4", env=_own_config(tmp_path))
+        try:
+            daprd.wait_api()
+            wait_until(lambda: seen.get(1) == 2 and seen.get(3) == 2, 30)
+            time.sleep(1.5)
+        finally:
+            assert daprd.stop() == 0, daprd.logs()[-3000:]
+    first = app.bulk_calls[0]
+    assert sorted(json.loads(e.cloud_event.data)["orderId"] for e in first.entries) == [
+        0, 1, 2, 3]
+    assert (first.pubsub_name, first.topic, first.type) == (
+        "orderpubsub", "orders", "com.dapr.event.sent.bulk")
+    assert app.calls == []  # nothing went one by one
+    assert seen == {0: 1, 1: 2, 2: 1, 3: 2}
+    by_message: dict[str, list[str]] = {}
+    for record in journal_records(tmp_path / "journal"):
+        by_message.setdefault(record["message_id"], []).append(record["outcome"])
+    assert sorted(by_message.values()) == [["ack"], ["drop"], ["retry", "ack"],
+                                           ["retry", "ack"]]

@@ -1,0 +1,249 @@
+"""Streaming subscriptions (``SubscribeTopicEventsAlpha1``) against the real sidecar, an app
+with no push endpoint (no ``app.url``: publisher-only plus streams), on the local driver.
+
+- python-sdk's ``examples/pubsub-streaming`` and ``pubsub-streaming-async``
+  (``tests/thirdparty/python-sdk``, unchanged): the subscriber (``client.subscribe``) and the
+  handler subscriber (``subscribe_with_handler``), sync and async, with the example's
+  publisher: every message once, acked.
+- A stream's answers as daprd reads them (dapr ``postman/streaming/streaming.go``): RETRY
+  redelivers the event, DROP drops it; a stream closed with an event unanswered hands it back
+  at once to another stream; two streams on one topic share its messages; unanswered events
+  hold workers (``concurrency``); the journal records each attempt; the metadata API lists
+  open streams as STREAMING.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+import redis
+from dapr.proto.runtime.v1 import dapr_pb2_grpc
+from dapr.proto.runtime.v1.appcallback_pb2 import TopicEventResponse
+from dapr.proto.runtime.v1.pubsub_pb2 import (
+    SubscribeTopicEventsRequestAlpha1,
+    SubscribeTopicEventsRequestInitialAlpha1,
+    SubscribeTopicEventsRequestProcessedAlpha1,
+)
+
+from tests.e2e.helpers import journal_records
+from tests.support.app_venv import running_app
+from tests.support.daprd import Daprd, redis_resources
+from tests.support.quickstarts import publish_api
+from tests.support.redis_server import OwnRedis
+from tests.support.sidecar import SidecarProcess, local_config, start_sidecar
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.local
+PYTHON_SDK = Path(__file__).resolve().parents[1] / "thirdparty" / "python-sdk"
+TOPIC = "TOPIC_A"
+
+
+def _streaming_sidecar(tmp_path: Path, concurrency: int = 4) -> tuple[SidecarProcess,
+                                                                       dict[str, Any]]:
+    api = publish_api()
+    config = local_config(tmp_path, "http://127.0.0.1:1", concurrency=concurrency,
+                          queues=[{"name": TOPIC}], publish_api=api,
+                          retry={"max_attempts": 3, "initial_delay_s": 0.2, "max_delay_s": 1})
+    config["app"] = {"push": False}
+    return start_sidecar(tmp_path, config), api
+
+
+def _streams_open(api: dict[str, Any]) -> int:
+    answer = httpx.get(f"http://127.0.0.1:{api['http_port']}/v1.0/metadata", timeout=5).json()
+    return sum(s["type"] == "STREAMING" for s in answer.get("subscriptions", []))
+
+
+@pytest.mark.parametrize(("example", "subscriber"), [
+    ("pubsub-streaming", "subscriber.py"),
+    ("pubsub-streaming", "subscriber-handler.py"),
+    ("pubsub-streaming-async", "subscriber.py"),
+    ("pubsub-streaming-async", "subscriber-handler.py"),
+])
+def test_python_sdk_streaming_examples_get_every_message_once(
+    tmp_path: Path, example: str, subscriber: str
+) -> None:
+    sidecar, api = _streaming_sidecar(tmp_path)
+    env = {"DAPR_HTTP_PORT": str(api["http_port"]), "DAPR_GRPC_PORT": str(api["grpc_port"])}
+    directory = PYTHON_SDK / example
+    try:
+        with running_app(directory, ["{python}", subscriber, f"--topic={TOPIC}"],
+                         tmp_path / "subscriber.log", env=env, wait="none") as app:
+            wait_until(lambda: _streams_open(api) == 1, 60)
+            with running_app(directory, ["{python}", "publisher.py", f"--topic={TOPIC}"],
+                             tmp_path / "publisher.log", env=env, wait="none") as publisher:
+                assert publisher.wait_exit(60) == 0, publisher.output()
+            assert app.wait_exit(60) == 0, app.output()
+            output = app.output()
+        wait_until(lambda: _streams_open(api) == 0, 20)  # the closed stream is gone
+    finally:
+        assert sidecar.stop() == 0, sidecar.logs()[-3000:]
+    ids = [int(n) for n in re.findall(r"Processing message: .*?'id': (\d+)", output)]
+    assert sorted(ids) == [1, 2, 3, 4, 5], output
+    # each message acked once; the example closes its stream right after its last answer,
+    # so that answer may not reach the sidecar: then the message is handed back unseen (as
+    # daprd redelivers it), never lost or counted as a failed attempt
+    final: dict[str, str] = {}
+    for record in journal_records(tmp_path / "journal", releases=True):
+        assert final.get(record["message_id"]) != "ack", record
+        final[record["message_id"]] = record["outcome"]
+    assert len(final) == 5
+    assert list(final.values()).count("ack") >= 4
+    assert set(final.values()) <= {"ack", "release"}
+
+
+class StreamClient:
+    """A raw ``SubscribeTopicEventsAlpha1`` client: the events it gets, answers on demand."""
+
+    def __init__(self, grpc_port: int, topic: str = TOPIC, pubsub: str = "pubsub") -> None:
+        self._channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+        self._requests: queue.Queue[SubscribeTopicEventsRequestAlpha1 | None] = queue.Queue()
+        self._requests.put(SubscribeTopicEventsRequestAlpha1(
+            initial_request=SubscribeTopicEventsRequestInitialAlpha1(
+                pubsub_name=pubsub, topic=topic)))
+        self._call = dapr_pb2_grpc.DaprStub(self._channel).SubscribeTopicEventsAlpha1(
+            self._outgoing())
+        self.events: queue.Queue[Any] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _outgoing(self) -> Iterator[SubscribeTopicEventsRequestAlpha1]:
+        while (request := self._requests.get()) is not None:
+            yield request
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                if response.HasField("event_message"):
+                    self.events.put(response.event_message)
+        except grpc.RpcError:
+            pass
+
+    def next_event(self, timeout_s: float = 10) -> Any:
+        return self.events.get(timeout=timeout_s)
+
+    def answer(self, event: Any, status: int) -> None:
+        self._requests.put(SubscribeTopicEventsRequestAlpha1(
+            event_processed=SubscribeTopicEventsRequestProcessedAlpha1(
+                id=event.id, status=TopicEventResponse(status=status))))
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._call.cancel()
+        self._channel.close()
+
+
+def _publish(api: dict[str, Any], *orders: int) -> None:
+    for order in orders:
+        answer = httpx.post(f"http://127.0.0.1:{api['http_port']}/v1.0/publish/pubsub/{TOPIC}",
+                            json={"order": order}, timeout=5)
+        assert answer.status_code == 204, answer.text
+
+
+def _order(event: Any) -> int:
+    return int(json.loads(event.data)["order"])
+
+
+def test_retry_drop_closed_stream_and_competing_streams(tmp_path: Path) -> None:
+    sidecar, api = _streaming_sidecar(tmp_path, concurrency=2)
+    first = StreamClient(api["grpc_port"])
+    try:
+        wait_until(lambda: _streams_open(api) == 1, 20)
+        _publish(api, 1)
+        event = first.next_event()
+        first.answer(event, TopicEventResponse.RETRY)  # RETRY: delivered again
+        again = first.next_event()
+        assert (_order(again), again.id) == (1, event.id)
+        first.answer(again, TopicEventResponse.SUCCESS)
+
+        _publish(api, 2)
+        first.answer(first.next_event(), TopicEventResponse.DROP)  # DROP: gone
+
+        _publish(api, 3, 4, 5)  # two workers: only two events unanswered at once
+        held = [first.next_event(), first.next_event()]
+        with pytest.raises(queue.Empty):
+            first.next_event(timeout_s=1.5)
+        second = StreamClient(api["grpc_port"])
+        wait_until(lambda: _streams_open(api) == 2, 20)
+        first.close()  # its two unanswered events go back at once, to the other stream
+        started = time.monotonic()
+        got = []
+        for _ in range(3):  # answered as they come: two workers, so two unanswered at most
+            event = second.next_event()
+            got.append(_order(event))
+            second.answer(event, TopicEventResponse.SUCCESS)
+        assert sorted(got) == [3, 4, 5]
+        assert time.monotonic() - started < 10  # not after a lease ran out (30 s)
+        assert {_order(e) for e in held} <= set(got)
+
+        third = StreamClient(api["grpc_port"])  # two streams compete for one topic
+        wait_until(lambda: _streams_open(api) == 2, 20)
+        _publish(api, *range(10, 20))
+        seen: dict[str, list[int]] = {"second": [], "third": []}
+        for _ in range(10):
+            for name, client in (("second", second), ("third", third)):
+                try:
+                    event = client.next_event(timeout_s=0.5)
+                except queue.Empty:
+                    continue
+                seen[name].append(_order(event))
+                client.answer(event, TopicEventResponse.SUCCESS)
+            if len(seen["second"]) + len(seen["third"]) == 10:
+                break
+        assert sorted(seen["second"] + seen["third"]) == list(range(10, 20))
+        assert seen["second"], seen
+        assert seen["third"], seen
+        second.close()
+        third.close()
+        wait_until(lambda: _streams_open(api) == 0, 20)
+    finally:
+        first.close()
+        assert sidecar.stop() == 0, sidecar.logs()[-3000:]
+    by_outcome: dict[str, int] = {}
+    for record in journal_records(tmp_path / "journal", releases=True):
+        by_outcome[record["outcome"]] = by_outcome.get(record["outcome"], 0) + 1
+    assert by_outcome == {"retry": 1, "ack": 14, "drop": 1, "release": 2}
+
+
+@pytest.mark.redis
+def test_dapr_mode_publisher_only_sidecar_streams_its_subscribed_topic(
+    tmp_path: Path, own_redis: OwnRedis
+) -> None:
+    """Dapr mode: a daprd line without --app-port on Redis; a Subscription's topic is
+    streamed with daprd's event (the published CloudEvent's fields) and settled by the
+    stream's answer; the publish API publishes into the component's stream."""
+    subscription = {"apiVersion": "dapr.io/v2alpha1", "kind": "Subscription",
+                    "metadata": {"name": "orders"},
+                    "spec": {"pubsubname": "orderpubsub", "topic": "orders",
+                             "routes": {"default": "/orders"}}}
+    resources = redis_resources(tmp_path / "resources", own_redis.port, [subscription])
+    daprd = Daprd(tmp_path, "streamer", resources, None)
+    try:
+        daprd.wait_api()
+        client = StreamClient(daprd.grpc_port, "orders", "orderpubsub")
+        wait_until(lambda: _streams_open({"http_port": daprd.http_port}) == 1, 20)
+        answer = httpx.post(f"{daprd.api}/v1.0/publish/orderpubsub/orders",
+                            json={"order": 7}, timeout=5)
+        assert answer.status_code == 204, answer.text
+        event = client.next_event(20)
+        client.answer(event, TopicEventResponse.SUCCESS)
+        streams = redis.Redis(port=own_redis.port)
+        # acked: nothing pending in the app's consumer group (daprd's consumerID = app id)
+        wait_until(lambda: streams.xpending("orders", "streamer")["pending"] == 0, 10)
+        streams.close()
+        client.close()
+    finally:
+        code = daprd.stop()
+    assert code == 0, daprd.logs()[-3000:]
+    assert (event.topic, event.pubsub_name, event.source, event.type) == (
+        "orders", "orderpubsub", "streamer", "com.dapr.event.sent")
+    assert json.loads(event.data) == {"order": 7}
