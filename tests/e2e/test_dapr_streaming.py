@@ -137,7 +137,10 @@ class StreamClient:
                 id=event.id, status=TopicEventResponse(status=status))))
 
     def close(self) -> None:
+        """Half-close, as an SDK closes a subscription: answers already given are sent
+        first; the sidecar then ends the stream."""
         self._requests.put(None)
+        self._reader.join(10)
         self._call.cancel()
         self._channel.close()
 
