@@ -81,6 +81,10 @@ class Metrics:
             "Deliveries allowed at once now (lowered by the app's 429/503 Retry-After).",
             registry=r,
         )
+        self.promotions = Counter(
+            "priority_pubsub_promotions", "Messages taken ahead of higher queues by the "
+            "starvation bound (queues[].max_wait_s).", ["queue"], registry=r,
+        )
 
         self._queues: dict[tuple[str, int], QueueMetrics] = {}
 

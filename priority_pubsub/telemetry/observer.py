@@ -53,6 +53,12 @@ class DeliveryObserver:
         metrics.received.inc()
         metrics.wait_seconds.observe(max(0.0, (message.received_ms - message.enqueued_ms) / 1000))
 
+    def promoted(self, message: Message) -> None:
+        """The starvation bound took ``message`` ahead of higher queues."""
+        self.metrics.promotions.labels(message.queue).inc()
+        log.info("promoted", queue=message.queue, message_id=message.id,
+                 untried_s=message.promoted_after_s)
+
     def receive_call(self, queue: str, priority: int, *, empty: bool) -> None:
         self.metrics.queue(queue, priority).receive_calls[empty].inc()
 
