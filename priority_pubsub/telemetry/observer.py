@@ -82,6 +82,7 @@ class DeliveryObserver:
                 forwarded_ms=event.forwarded_ms, settled_ms=settled_ms,
                 outcome=kind.value, http_status=event.http_status,
                 reason=event.reason, bytes=len(message.body),
+                promoted_after_s=message.promoted_after_s,
             ))
 
     def _log(self, event: Settled, duration_ms: int) -> None:

@@ -35,7 +35,7 @@ def test_readme_publishes_the_schema_from_code() -> None:
 def test_record_fields_follow_the_schema_order() -> None:
     line = json.loads(record(1).to_json())
     assert list(line) == [f.name for f in JOURNAL_FIELDS]
-    assert line["v"] == SCHEMA_VERSION == 2
+    assert line["v"] == SCHEMA_VERSION == 3
 
 
 @pytest.mark.parametrize("fsync", ["none", "every_line"])
