@@ -228,6 +228,8 @@ class ServerConfig(_Strict):
     port: int = Field(default=9464, ge=0, le=65535)
     depth_interval_s: float = Field(default=15, gt=0)
     """How often queue depth is refreshed for ``priority_pubsub_queue_depth``."""
+    capacity_window_s: float = Field(default=600, gt=0, le=86_400)
+    """The sliding window of ``priority_pubsub_workers_needed`` (queues[].wait_slo_s)."""
     stall_after_s: float = Field(default=10, gt=0)
     """Event-loop lag after which ``/healthz`` reports the loop as stuck."""
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.outcome import Kind
 from priority_pubsub.telemetry.journal import JournalRecord, JournalWriter
+from priority_pubsub.telemetry.live_capacity import LiveCapacity
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.metrics import Metrics
 
@@ -42,11 +43,16 @@ class DeliveryObserver:
         *,
         driver_type: str,
         log_successes: bool = False,
+        capacity: LiveCapacity | None = None,
+        queue_names: tuple[str, ...] = (),
     ) -> None:
         self.metrics = metrics
         self._journal = journal
         self._driver_type = driver_type
         self._log_successes = log_successes
+        self._capacity = capacity
+        self._queue_index = {name: index for index, name in enumerate(queue_names)}
+        """Queue positions for ``capacity`` (which counts deliveries, not releases)."""
 
     def received(self, message: Message) -> None:
         metrics = self.metrics.queue(message.queue, message.priority)
@@ -72,6 +78,10 @@ class DeliveryObserver:
         message, kind = event.message, event.kind
         settled_ms = now_ms()
         self.metrics.queue(message.queue, message.priority).settled[kind.value].inc()
+        if self._capacity is not None and kind is not Kind.RELEASE:
+            started_ms = event.forwarded_ms or message.received_ms
+            self._capacity.served(self._queue_index[message.queue],
+                                  (settled_ms - started_ms) / 1000)
         if kind is not Kind.ACK or self._log_successes:  # an ack logs nothing above debug
             self._log(event, settled_ms - (event.forwarded_ms or message.received_ms))
         if self._journal is not None:
