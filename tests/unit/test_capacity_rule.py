@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections import deque
 
 import pytest
 
-from priority_pubsub.settings.config import Settings, validate_config
-from priority_pubsub.delivery.dispatcher import Dispatcher
 from priority_pubsub.core.errors import ConfigError
-from priority_pubsub.core.message import Lease, Message
-from priority_pubsub.telemetry.metrics import Metrics
-from priority_pubsub.telemetry.observer import DeliveryObserver
+from priority_pubsub.core.message import Message
+from priority_pubsub.delivery.dispatcher import Dispatcher
 from priority_pubsub.delivery.scheduler import QueueLimits, allowances, overdue, plan
 from priority_pubsub.delivery.settler import Settler
+from priority_pubsub.settings.config import Settings, validate_config
+from priority_pubsub.telemetry.metrics import Metrics
+from priority_pubsub.telemetry.observer import DeliveryObserver
+from tests.unit.test_dispatcher import FakeDriver
 
 HI_R1 = (QueueLimits(reserve=1), QueueLimits())
 HI_MID_R1 = (QueueLimits(reserve=1), QueueLimits(reserve=1), QueueLimits())
@@ -109,28 +109,12 @@ def test_good_capacity_settings_load() -> None:
         (1, 2, None), (0, None, 600)]
 
 
-class CountingDriver:
-    """Queues of ids; records every receive and fails on any hand-back (the rule must make
+class CountingDriver(FakeDriver):
+    """``test_dispatcher``'s in-memory queues, failing on any hand-back (the rule must make
     none)."""
 
-    name = "fake"
-    dead_letter_enabled = False
-
     def __init__(self, settings: Settings) -> None:
-        self.names = settings.queue_names
-        self.queues: dict[str, deque[str]] = {n: deque() for n in self.names}
-        self.calls: list[tuple[str, int, float]] = []
-
-    async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
-        self.calls.append((queue, max_messages, wait_s))
-        if wait_s and not self.queues[queue]:
-            await asyncio.sleep(wait_s)
-        taken = []
-        while self.queues[queue] and len(taken) < max_messages:
-            body = self.queues[queue].popleft()
-            taken.append(Message(body, queue, self.names.index(queue), b"", {}, 1, 0,
-                                 Lease(None, 0)))
-        return taken
+        super().__init__(settings.queue_names)
 
     async def release(self, message: Message, delay_s: float = 0.0) -> None:
         raise AssertionError(f"handed back {message.id}: the rule made a surplus")
