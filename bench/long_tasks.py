@@ -163,6 +163,7 @@ async def gauge_run(directory: Path, args: argparse.Namespace, seed: int
             n += 1
 
     try:
+        await wait_until(lambda: sidecar.connected, 30)  # the driver publishes once started
         await asyncio.gather(*(feed(*stream) for stream in streams))
         await asyncio.sleep(2 * max(args.high_service_s, args.low_service_s))  # in flight end
         live = sidecar.capacity.workers_needed()

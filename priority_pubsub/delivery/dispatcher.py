@@ -78,6 +78,8 @@ class Dispatcher:
         self._busy: list[int] = [0] * len(self._names)
         """The take under way: free workers and messages per queue at the app, this take's
         received ones included (what ``allowances`` is asked about)."""
+        self._busy_at_start: tuple[int, ...] = tuple(self._busy)
+        """``_busy`` as the take found it: what a wake-up's choice counts from."""
         self._in_hand: list[Message] = []
         """What the take under way has received and not yet returned or handed back."""
         self.healthy = True
