@@ -1,6 +1,6 @@
 """Run every benchmark and regenerate ``bench/RESULTS.md`` from their JSON (never by hand).
 
-    python -m bench.run_all            # ~27 minutes on a 2-core machine (~8 of them idle waits)
+    python -m bench.run_all            # ~36 minutes on a 2-core machine (~12 of them idle waits)
     python -m bench.run_all --big      # larger sizes (~1 h)
     python -m bench.run_all --no-cloud # no SQS / Pub/Sub emulator (local, Redis, RabbitMQ)
     python -m bench.run_all --quick    # tiny sizes, to check it all runs (writes elsewhere)
