@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from priority_pubsub.settings.config import Settings
 from priority_pubsub.delivery.scheduler import QueueLimits, allowances
+from priority_pubsub.settings.config import Settings
 
 
 def capacity_plan(settings: Settings) -> list[dict[str, Any]]:

@@ -2,8 +2,8 @@
 
 One implementation for both places that size workers: the report, offline from the journal
 (``analytics.capacity``), and the sidecar's live ``priority_pubsub_workers_needed`` gauge
-(``telemetry.live_capacity``), so the two figures differ only by the data they see. The model and its
-caveats are in ``analytics.capacity``'s docstring.
+(``telemetry.live_capacity``), so the two figures differ only by the data they see. The
+model and its caveats are in ``analytics.capacity``'s docstring.
 """
 
 from __future__ import annotations

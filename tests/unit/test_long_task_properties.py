@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from priority_pubsub.settings.config import Settings, validate_config
-from priority_pubsub.delivery.dispatcher import Dispatcher
 from priority_pubsub.core.message import Lease, Message
+from priority_pubsub.delivery.dispatcher import Dispatcher
+from priority_pubsub.delivery.settler import Settler
+from priority_pubsub.settings.config import Settings, validate_config
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver
-from priority_pubsub.delivery.settler import Settler
 
 NAMES = ("hi", "mid", "lo")
 LOW = 2
