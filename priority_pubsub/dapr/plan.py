@@ -219,4 +219,8 @@ def _other_warnings(manifests: Sequence[Manifest], subscriptions: Sequence[Subsc
     found = {s.topic for s in subscriptions}
     warnings += [f"dapr.priorities: topic {topic!r} has no subscription"
                  for topic in dapr.priority_topics if topic not in found]
+    if dapr.queue_layout == "shared":
+        warnings += [f"{s.source}: topic {s.topic}: reserve, max_concurrency, max_wait_s and "
+                     "wait_slo_s need a queue per topic: not honoured with queue_layout: shared"
+                     for s in subscriptions if _capacity(dapr, s)]
     return warnings

@@ -256,3 +256,11 @@ def test_bad_capacity_metadata_is_one_line_naming_the_key(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="topics listed twice"):
         DaprConfig(resources_path=tmp_path, app_id="shop",
                    priorities=[{"topic": "a", "reserve": 1}, "a"])  # type: ignore[list-item]
+
+
+def test_capacity_settings_in_the_shared_layout_are_warned_about(tmp_path: Path) -> None:
+    app = [{"pubsubname": "orderpubsub", "topic": "a", "route": "/o"}]
+    plan = plan_for(tmp_path, COMPONENT, app=app, queue_layout="shared",
+                    priorities=[{"topic": "a", "reserve": 1}])
+    assert any("not honoured with queue_layout: shared" in w for w in plan.warnings)
+    assert "reserve" not in plan.settings()["queues"][0]
