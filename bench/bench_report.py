@@ -80,6 +80,7 @@ def _columns(n: int) -> dict[str, Column]:
         "http_status": F.when(outcome == "ack", 200).when(outcome == "dead", 422),
         "reason": reason,
         "bytes": (h % 4096 + 64),
+        "promoted_after_s": F.lit(None).cast("double"),
     }
     assert set(columns) == {f.name for f in JOURNAL_FIELDS}
     return columns

@@ -15,7 +15,7 @@ from typing import Any
 
 from priority_pubsub.telemetry.journal import JOURNAL_FIELDS
 
-DUCK_TYPES = {"int": "INTEGER", "long": "BIGINT", "string": "VARCHAR"}
+DUCK_TYPES = {"int": "INTEGER", "long": "BIGINT", "double": "DOUBLE", "string": "VARCHAR"}
 
 CORE_QUERIES = {
     "hourly": """

@@ -245,6 +245,10 @@ def check(
     typer.echo(redact(json.dumps(settings.model_dump(mode="json"), indent=2)))
     for warning in loaded.warnings:
         typer.echo(f"WARN {warning}", err=True)
+    from priority_pubsub.commands.capacity_plan import plan_lines
+
+    for line in plan_lines(settings):  # stderr: stdout stays the config's JSON
+        typer.echo(line, err=True)
     if offline:
         typer.echo("OK: config valid (offline: driver and app not contacted)", err=True)
         return
@@ -352,15 +356,17 @@ def stats(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Per queue: visible, in flight, delayed, dead-lettered, oldest age ("unknown" if the
-    broker cannot tell)."""
+    broker cannot tell); then the capacity plan (which queue may use how many workers)."""
+    from priority_pubsub.commands.capacity_plan import capacity_plan, plan_lines
     from priority_pubsub.commands.ops import collect_stats, render_stats_table
 
     settings = _settings(config)
     report = _run_reporting(collect_stats(settings))
     if as_json:
-        typer.echo(json.dumps(report, indent=2))
+        typer.echo(json.dumps({**report, "capacity_plan": capacity_plan(settings)}, indent=2))
     else:
         render_stats_table(report)
+        typer.echo("\n".join(plan_lines(settings)))
 
 
 @app.command()

@@ -33,6 +33,7 @@ from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
 from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.telemetry.journal import JournalWriter
+from priority_pubsub.telemetry.live_capacity import LiveCapacity
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver
@@ -78,10 +79,14 @@ class Sidecar:
                           settings.journal.fsync)
             if settings.journal else None
         )
+        self.capacity = LiveCapacity([q.wait_slo_s for q in settings.queues],
+                                     settings.server.capacity_window_s)
         self.observer = DeliveryObserver(
             self.metrics, self.journal, driver_type=settings.driver.type,
-            log_successes=settings.log.level == "debug",
+            log_successes=settings.log.level == "debug", capacity=self.capacity,
+            queue_names=settings.queue_names,
         )
+        self._export_workers_needed()
         settler = Settler(settings, self.driver, self.observer)
         self.dispatcher = Dispatcher(settings, self.driver, self.observer, settler, rng,
                                      consumers=streams)
@@ -214,6 +219,16 @@ class Sidecar:
             self._depth.cancel()
             await asyncio.gather(self._depth, return_exceptions=True)
 
+    def _export_workers_needed(self) -> None:
+        """``priority_pubsub_workers_needed`` for each queue with ``wait_slo_s``, computed at
+        scrape time (Erlang C over the window: cheap, and never stale)."""
+        def reader(index: int) -> Callable[[], float]:
+            return lambda: float(self.capacity.workers_needed()[index] or 0)
+
+        for index, queue in enumerate(self.settings.queues):
+            if queue.wait_slo_s is not None:
+                self.metrics.workers_needed.labels(queue.name).set_function(reader(index))
+
     async def _start_probe(self) -> None:
         self._probe = asyncio.create_task(self.gate.run(), name="app-probe")
 
@@ -225,7 +240,7 @@ class Sidecar:
     async def _refresh_depth(self, driver: DepthReporter) -> None:
         """Keep ``priority_pubsub_queue_depth`` current (what KEDA/HPA scale on)."""
         while True:
-            for name in self.settings.queue_names:
+            for index, name in enumerate(self.settings.queue_names):
                 try:
                     depth = await driver.depth(name)
                 except DriverError as exc:
@@ -233,6 +248,9 @@ class Sidecar:
                     continue
                 if depth.visible is not None:
                     self.metrics.queue_depth.labels(name).set(depth.visible)
+                    self.capacity.depth_seen(index, depth.visible)
+                if depth.oldest_age_s is not None:
+                    self.metrics.oldest_wait_seconds.labels(name).set(depth.oldest_age_s)
             await asyncio.sleep(self.settings.server.depth_interval_s)
 
 

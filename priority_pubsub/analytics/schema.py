@@ -68,6 +68,7 @@ def journal_struct(with_corrupt_column: bool = True) -> StructType:
     spark_types: dict[str, Any] = {
         "int": T.IntegerType(),
         "long": T.LongType(),
+        "double": T.DoubleType(),
         "string": T.StringType(),
     }
     fields = [T.StructField(f.name, spark_types[f.type], nullable=True) for f in JOURNAL_FIELDS]

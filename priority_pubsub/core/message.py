@@ -79,3 +79,6 @@ class Message:
     (Service Bus ``MessageId``, ``DeliveryCount``...). Apart from ``attributes`` (the
     publisher's): a retry copy never turns them into application properties, and only Dapr
     mode sends them (as daprd does, ``metadata.<name>``)."""
+    promoted_after_s: float | None = None
+    """Set when the starvation bound (``queues[].max_wait_s``) took this message ahead of
+    higher queues: how long its queue had gone untried. Journaled as ``promoted_after_s``."""

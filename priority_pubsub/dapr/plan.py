@@ -25,7 +25,7 @@ from priority_pubsub.dapr.manifests import (
 from priority_pubsub.dapr.resiliency import resilience
 from priority_pubsub.dapr.secrets import SECRET_STORE_PREFIX, resolve_metadata
 from priority_pubsub.dapr.subscriptions import Subscription, from_manifest, merge
-from priority_pubsub.settings.dapr import DaprConfig
+from priority_pubsub.settings.dapr import CAPACITY_KEYS, DaprConfig
 
 PRIORITY_KEY = "priority"
 WEIGHT_KEY = "weight"
@@ -37,6 +37,9 @@ class PlannedQueue:
     name: str
     topics: tuple[str, ...]
     weight: int = 1
+    capacity: Mapping[str, float | int] = field(default_factory=dict)
+    """``reserve``, ``max_concurrency``, ``max_wait_s``, ``wait_slo_s`` where set (by a
+    ``dapr.priorities`` mapping entry, else the Subscription's metadata)."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class DaprPlan:
         """The settings this plan implies, for config.yaml to be merged over."""
         settings: dict[str, Any] = {
             "driver": dict(self.mapped.driver),
-            "queues": [{"name": q.name, "weight": q.weight} for q in self.queues],
+            "queues": [{"name": q.name, "weight": q.weight, **q.capacity} for q in self.queues],
             "app": {"fatal_codes": []},  # daprd has none: only 404 drops, the rest retries
             **self.mapped.settings,
         }
@@ -108,7 +111,7 @@ def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
     warnings += mapped.warnings
     warnings += _other_warnings(manifests, subscriptions, dapr)
     by_topic = {s.topic: s for s in subscriptions}
-    topics = ordered_topics(subscriptions, dapr.priorities)
+    topics = ordered_topics(subscriptions, dapr.priority_topics)
     queues = _queues(dapr, kind, context, topics, by_topic)
     resilient = resilience(manifests, component.name, dapr.app_id)
     warnings += resilient.warnings
@@ -203,8 +206,26 @@ def _queues(dapr: DaprConfig, kind: ComponentKind, context: ComponentContext,
                               "(each topic has its own)")
         return (PlannedQueue(shared, tuple(topics)),)
     return tuple(PlannedQueue(kind.queue_for(context, topic), (topic,),
-                              _int(by_topic[topic], WEIGHT_KEY, default=1))
+                              _int(by_topic[topic], WEIGHT_KEY, default=1),
+                              _capacity(dapr, by_topic[topic]))
                  for topic in topics)
+
+
+def _capacity(dapr: DaprConfig, subscription: Subscription) -> dict[str, float | int]:
+    """A topic's capacity settings: its ``dapr.priorities`` mapping entry over its
+    Subscription's metadata (validated with the rest of the config, as ``queues[]``)."""
+    found: dict[str, float | int] = {}
+    for key in CAPACITY_KEYS:
+        text = subscription.metadata.get(key)
+        if text is None:
+            continue
+        try:
+            found[key] = float(text) if key.endswith("_s") else int(text)
+        except ValueError:
+            kind = "a number" if key.endswith("_s") else "an integer"
+            raise ConfigError(f"{subscription.source}: metadata.{key}: not {kind}: {text!r}"
+                              ) from None
+    return {**found, **dapr.topic_capacity(subscription.topic)}
 
 
 def _int(subscription: Subscription, key: str, default: int = 0) -> int:
@@ -224,5 +245,9 @@ def _other_warnings(manifests: Sequence[Manifest], subscriptions: Sequence[Subsc
                  for m in manifests if m.kind in _IGNORED_KINDS]
     found = {s.topic for s in subscriptions}
     warnings += [f"dapr.priorities: topic {topic!r} has no subscription"
-                 for topic in dapr.priorities if topic not in found]
+                 for topic in dapr.priority_topics if topic not in found]
+    if dapr.queue_layout == "shared":
+        warnings += [f"{s.source}: topic {s.topic}: reserve, max_concurrency, max_wait_s and "
+                     "wait_slo_s need a queue per topic: not honoured with queue_layout: shared"
+                     for s in subscriptions if _capacity(dapr, s)]
     return warnings

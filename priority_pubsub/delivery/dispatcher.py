@@ -8,18 +8,33 @@ and returns any surplus at once: the lowest priorities (strict) or what the weig
 left (weighted). A take that is abandoned (the receiver pauses or stops) hands back at once
 what it had already received, and one that fails part-way returns it: otherwise those
 messages stayed leased by nobody until their lease ran out, an attempt spent unseen.
+
+Every receive asks a queue for at most what the capacity rule allows it now
+(``scheduler.allowances``: reserves of higher queues, per-queue limits), recomputed before
+each call from the messages at the app (``busy``) and those this take already holds: the rule
+never makes a surplus to hand back. A queue the rule shuts out is not waited on; the wait
+then also ends when a worker frees up (``slot_freed``), so it gets the worker at once. A
+queue untried for its ``max_wait_s`` gets one message's try first (the starvation bound),
+journaled with ``promoted_after_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.core.message import Message
-from priority_pubsub.delivery.scheduler import plan, share_by_weight
+from priority_pubsub.delivery.scheduler import (
+    QueueLimits,
+    allowances,
+    overdue,
+    plan,
+    share_by_weight,
+)
 from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.settings.config import Settings
@@ -27,10 +42,14 @@ from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver
 
 log = get_logger(__name__)
+IDLE_WAIT_S = 20.0
+SURPLUS_REASON = "surplus: returned unseen"
+ABANDONED_REASON = "take abandoned: returned unseen"
+"""Why an abandoned take handed back what it held, when its caller gives no reason."""
 
 
 class Consumers(Protocol):
-    """Who takes which queue's messages now (``app_channel.streams.StreamHub``)."""
+    """Who takes which queue's messages now (``app.channel.streams.StreamHub``)."""
 
     def idle(self) -> frozenset[str]:
         """Queues nobody takes from now."""
@@ -39,12 +58,6 @@ class Consumers(Protocol):
     async def changed(self) -> None:
         """Until that changes."""
         ...
-
-
-IDLE_WAIT_S = 20.0
-SURPLUS_REASON = "surplus: returned unseen"
-ABANDONED_REASON = "take abandoned: returned unseen"
-"""Why an abandoned take handed back what it held, when its caller gives no reason."""
 
 
 class Dispatcher:
@@ -56,6 +69,7 @@ class Dispatcher:
         settler: Settler,
         rng: random.Random | None = None,
         idle_wait_s: float = IDLE_WAIT_S,
+        clock: Callable[[], float] = time.monotonic,
         consumers: Consumers | None = None,
     ) -> None:
         self._settings = settings
@@ -64,19 +78,41 @@ class Dispatcher:
         self._settler = settler
         self._rng = rng or random.Random()
         self._names = settings.queue_names
+        self._index = {name: index for index, name in enumerate(self._names)}
         self._weights = [q.weight for q in settings.queues]
+        self._limits = [QueueLimits(q.reserve, q.max_concurrency) for q in settings.queues]
+        self._max_wait_s = [q.max_wait_s for q in settings.queues]
+        self._clock = clock
+        self._last_tried = [clock()] * len(self._names)
+        """When each queue was last tried (a receive ended, with or without messages): the
+        starvation bound's clock."""
         self._idle_wait_s = idle_wait_s
         self._quiet = False
         self._consumers = consumers
         """Queues nobody takes from now (streamed topics without a stream): left alone."""
+        self._free = 0
+        self._busy: list[int] = [0] * len(self._names)
+        """The take under way: free workers and messages per queue at the app, this take's
+        received ones included (what ``allowances`` is asked about)."""
+        self._busy_at_start: tuple[int, ...] = tuple(self._busy)
+        """``_busy`` as the take found it: what a wake-up's choice counts from."""
         self._in_hand: list[Message] = []
         """What the take under way has received and not yet returned or handed back."""
         self.healthy = True
 
     async def take(
-        self, free: int, why_abandoned: Callable[[], str] = lambda: ABANDONED_REASON
+        self,
+        free: int,
+        why_abandoned: Callable[[], str] = lambda: ABANDONED_REASON,
+        *,
+        busy: Sequence[int] = (),
+        slot_freed: asyncio.Event | None = None,
     ) -> list[Message]:
         """Up to ``free`` messages, highest priority first; waits while all queues are empty.
+
+        ``busy`` counts each queue's messages at the app now (none if left out): with the
+        queues' reserves and limits it caps what each queue may take. ``slot_freed`` is set
+        when a worker frees up during the take: a wait that shut a queue out ends then.
 
         After a waiting round in which every queue stayed empty, the next round waits again
         at once: the waits covered every queue, so a sweep would only repeat their answer
@@ -87,9 +123,12 @@ class Dispatcher:
         reason asked of ``why_abandoned`` then (the pause's, e.g. the app gate's).
         """
         self._in_hand = []
+        self._free = free
+        self._busy = list(busy) if busy else [0] * len(self._names)
+        self._busy_at_start = tuple(self._busy)
         try:
             try:
-                taken = await self._take(free)
+                taken = await self._take(free, slot_freed)
             except DriverError:
                 if not self._in_hand:
                     raise
@@ -102,20 +141,13 @@ class Dispatcher:
         self._in_hand = []
         return taken
 
-    async def _take(self, free: int) -> list[Message]:
-        if not self._quiet:
-            messages = await self._sweep(free, frozenset())
-            if messages:
-                return messages
-        woken = await self._wait_any(free)
-        self._quiet = not woken
-        if not woken:
-            return []
-        if self._settings.scheduling == "strict":
-            best = min(m.priority for m in woken)
-            higher = frozenset(range(best, len(self._names)))
-            woken = await self._sweep(free, higher) + woken
-        return await self._keep_best(woken, free)
+    def allowed(self) -> list[int]:
+        """What each queue may take now, in the take under way (``scheduler.allowances``);
+        nothing for a queue nobody consumes now (a streamed topic without a stream)."""
+        allowed = allowances(self._limits, self._busy, self._free)
+        for index in self._idle():
+            allowed[index] = 0
+        return allowed
 
     def _idle(self) -> frozenset[int]:
         if self._consumers is None:
@@ -123,48 +155,116 @@ class Dispatcher:
         idle = self._consumers.idle()
         return frozenset(i for i, name in enumerate(self._names) if name in idle)
 
-    async def _sweep(self, free: int, skip: frozenset[int]) -> list[Message]:
+    async def _take(self, free: int, slot_freed: asyncio.Event | None) -> list[Message]:
+        promoted = await self._promote()
+        if promoted or not self._quiet:
+            messages = promoted + await self._sweep(frozenset())
+            if messages:
+                return messages
+        allowed = self.allowed()
+        idle = self._idle()
+        shut_out = any(n == 0 for i, n in enumerate(allowed) if i not in idle)
+        woken = await self._wait(allowed, slot_freed if shut_out else None)
+        # quiet only when every queue was waited on to the end and stayed empty
+        self._quiet = not woken and not shut_out
+        if not woken:
+            return []
+        if self._settings.scheduling == "strict":
+            # the woken are in hand, not yet chosen: the higher queues may bid for their places
+            self._count_in(woken, -1)
+            best = min(self._index[m.queue] for m in woken)
+            higher = frozenset(range(best, len(self._names)))
+            woken = await self._sweep(higher) + woken
+        return await self._keep_best(woken, free)
+
+    def _count_in(self, messages: list[Message], sign: int) -> None:
+        for message in messages:
+            self._busy[self._index[message.queue]] += sign
+            self._free -= sign
+
+    async def _promote(self) -> list[Message]:
+        """The starvation bound: one message's try, ahead of the queues above, for each queue
+        untried for its ``max_wait_s`` (most overdue first) that the rule lets take one."""
+        promoted: list[Message] = []
+        for index, untried_s in overdue(self._max_wait_s, self._last_tried, self._clock()):
+            if self.allowed()[index] <= 0:
+                continue
+            for message in await self._receive(index, 1, 0):
+                message.promoted_after_s = round(untried_s, 3)
+                self._observer.promoted(message)
+                promoted.append(message)
+        return promoted
+
+    async def _sweep(self, skip: frozenset[int]) -> list[Message]:
+        """Fill the free workers from the queues not in ``skip``, as the mode picks, each
+        receive asking at most the rule's allowance at that moment."""
         got: list[Message] = []
-        empty = set(skip) | self._idle()
-        while len(got) < free:
-            picks = plan(self._settings.scheduling, self._weights, free - len(got),
-                         frozenset(empty), self._rng)
+        empty = set(skip)
+        while self._free > 0:
+            picks = plan(self._settings.scheduling, self._weights, self._free,
+                         frozenset(empty), self._rng, self.allowed())
             if not picks:
                 break
             for index, count in picks:
-                wanted = min(count, free - len(got))
-                if wanted <= 0:
-                    break
+                wanted = min(count, self.allowed()[index])
+                if wanted <= 0:  # shut out by the rule for the rest of this take
+                    empty.add(index)
+                    continue
                 batch = await self._receive(index, wanted, 0)
                 got += batch
                 if len(batch) < wanted:
                     empty.add(index)
         return got
 
-    async def _wait_any(self, free: int) -> list[Message]:
-        idle = self._idle()
+    async def _wait(self, allowed: list[int], slot_freed: asyncio.Event | None
+                    ) -> list[Message]:
+        """``_wait_any`` on the queues allowed to take; while the rule shuts one out, also
+        until a worker frees up (then what the waits already received is kept, not handed
+        back: it was within their allowance, which a freed worker only raises)."""
+        if slot_freed is None:
+            return await self._wait_any(allowed)
+        waiting = asyncio.ensure_future(self._wait_any(allowed))
+        freed = asyncio.ensure_future(slot_freed.wait())
+        try:
+            await asyncio.wait({waiting, freed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            freed.cancel()
+            if not waiting.done():
+                waiting.cancel()
+                await asyncio.gather(waiting, return_exceptions=True)
+        if waiting.cancelled():
+            return list(self._in_hand)
+        return waiting.result()
+
+    async def _wait_any(self, allowed: list[int]) -> list[Message]:
         tasks = [
-            asyncio.create_task(self._receive(i, free, self._idle_wait_s), name=f"wait-{name}")
-            for i, name in enumerate(self._names) if i not in idle
+            asyncio.create_task(self._receive(i, allowed[i], self._idle_wait_s),
+                                name=f"wait-{name}")
+            for i, name in enumerate(self._names) if allowed[i] > 0
         ]
         consumers_changed = (asyncio.create_task(self._consumers_changed(), name="consumers")
                              if self._consumers is not None else None)
+        if not tasks and consumers_changed is None:
+            # every queue shut out: only a freed worker (``_wait``) changes that
+            await asyncio.sleep(self._idle_wait_s)
+            return []
         try:
             pending: set[asyncio.Task[Any]] = set(tasks)
             if consumers_changed is not None:
                 pending.add(consumers_changed)
             while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if consumers_changed in done:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED,
+                                                   timeout=None if tasks else self._idle_wait_s)
+                if not done or consumers_changed in done:
                     break  # a queue to wait on came or went: the next round waits anew
                 if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
                     break
         finally:
-            # only the waits still running need cancelling and awaiting: a gather of done
-            # tasks still costs a loop turn, on the path of every wake-up
             if consumers_changed is not None and not consumers_changed.done():
                 consumers_changed.cancel()
                 await asyncio.gather(consumers_changed, return_exceptions=True)
+            # only the waits still running need cancelling and awaiting: a gather of done
+            # tasks still costs a loop turn, on the path of every wake-up
             unfinished = [task for task in tasks if not task.done()]
             for task in unfinished:
                 task.cancel()
@@ -183,11 +283,6 @@ class Dispatcher:
             raise errors[0]
         return woken
 
-    async def _consumers_changed(self) -> list[Message]:
-        assert self._consumers is not None
-        await self._consumers.changed()
-        return []
-
     async def _keep_best(self, messages: list[Message], free: int) -> list[Message]:
         keep, surplus = self._choose(messages, free)
         self._in_hand = keep  # the surplus is the releases' below, not an abandoned take's
@@ -197,31 +292,52 @@ class Dispatcher:
 
     def _choose(self, messages: list[Message], free: int) -> tuple[list[Message], list[Message]]:
         """Which woken messages to keep for ``free`` slots: the highest priorities (strict),
-        or a share drawn by weight (weighted); the rest is surplus, handed back."""
+        or a share drawn by weight (weighted), each kept only as the capacity rule allows
+        with those kept before it; the rest is surplus, handed back."""
         if self._settings.scheduling == "strict" or len(messages) <= free:
-            ordered = sorted(messages, key=lambda m: m.priority)
-            return ordered[:free], ordered[free:]
-        by_queue: dict[str, list[Message]] = {name: [] for name in self._names}
-        for message in messages:
-            by_queue[message.queue].append(message)
-        queues = list(by_queue.values())
-        counts = share_by_weight([len(q) for q in queues], self._weights, free, self._rng)
-        keep = [m for queue, n in zip(queues, counts, strict=True) for m in queue[:n]]
-        surplus = [m for queue, n in zip(queues, counts, strict=True) for m in queue[n:]]
+            ordered = sorted(messages, key=lambda m: self._index[m.queue])
+        else:
+            by_queue: dict[str, list[Message]] = {name: [] for name in self._names}
+            for message in messages:
+                by_queue[message.queue].append(message)
+            queues = list(by_queue.values())
+            counts = share_by_weight([len(q) for q in queues], self._weights, free, self._rng)
+            ordered = [m for queue, n in zip(queues, counts, strict=True) for m in queue[:n]]
+            ordered += [m for queue, n in zip(queues, counts, strict=True) for m in queue[n:]]
+        busy = list(self._busy_at_start)
+        keep: list[Message] = []
+        surplus: list[Message] = []
+        for message in ordered:
+            index = self._index[message.queue]
+            if allowances(self._limits, busy, free - len(keep))[index] > 0:
+                keep.append(message)
+                busy[index] += 1
+            else:
+                surplus.append(message)
         return keep, surplus
 
     async def _receive(self, index: int, count: int, wait_s: float) -> list[Message]:
         name = self._names[index]
         try:
             batch = await self._driver.receive(name, count, wait_s)
+        except asyncio.CancelledError:  # a wait cut short found the queue empty until now
+            self._last_tried[index] = self._clock()
+            raise
         except DriverError as exc:
             self.healthy = False
             log.warning("receive failed", queue=name, error=str(exc), retriable=exc.retriable)
             raise
         self.healthy = True
+        self._last_tried[index] = self._clock()
         self._in_hand += batch
+        self._count_in(batch, 1)
         self._observer.receive_call(name, index, empty=not batch)
         return batch
+
+    async def _consumers_changed(self) -> list[Message]:
+        assert self._consumers is not None
+        await self._consumers.changed()
+        return []
 
     async def _hand_back(self, messages: list[Message], reason: str) -> None:
         await asyncio.gather(*(self._settler.release(m, reason) for m in messages),

@@ -73,6 +73,9 @@ class Receiver:
         self._at_app = 0
         """Messages the app has or is about to get (slots not yet freed): what
         ``capacity`` counts."""
+        self._queue_index = {name: i for i, name in enumerate(settings.queue_names)}
+        self._at_app_by_queue = [0] * len(settings.queue_names)
+        """``_at_app`` per queue: what the capacity rule (reserves, limits) counts."""
         self._most_held = 2 * concurrency
         """Messages held at once, settles under way included: a broker slow to settle
         must not let leases pile up while the app keeps answering."""
@@ -99,6 +102,11 @@ class Receiver:
         """Whether another message could be taken now (a filling batch can still grow)."""
         return (self._open.is_set() and self._capacity(self._at_app) > 0
                 and len(self._tasks) < self._most_held)
+
+    @property
+    def at_app_by_queue(self) -> tuple[int, ...]:
+        """Messages of each queue (highest first) at the app now."""
+        return tuple(self._at_app_by_queue)
 
     @property
     def paused(self) -> bool:
@@ -139,9 +147,9 @@ class Receiver:
         while True:
             if not self._open.is_set():
                 await self._open.wait()
+            self._slot_freed.clear()  # set again by any slot freed from now on, the take included
             free = min(self._capacity(self._at_app), self._most_held - len(self._tasks))
             if free <= 0:
-                self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
             try:
@@ -162,7 +170,9 @@ class Receiver:
         assert task is not None
         self._taking = task
         try:
-            return await self._dispatcher.take(free, self._why_abandoned)
+            return await self._dispatcher.take(free, self._why_abandoned,
+                                               busy=self.at_app_by_queue,
+                                               slot_freed=self._slot_freed)
         except asyncio.CancelledError:
             # ``uncancel`` counts the cancel requests: a ``stop`` as well still ends the loop
             if self._abandoning and task.uncancel() == 0:
@@ -177,15 +187,18 @@ class Receiver:
 
     def _start_task(self, message: Message) -> None:
         self._observer.received(message)
+        index = self._queue_index[message.queue]
         self._at_app += 1
-        slot = AppSlot(self._slot_given_back)
+        self._at_app_by_queue[index] += 1
+        slot = AppSlot(lambda: self._slot_given_back(index))
         task = asyncio.create_task(self._worker.handle(message, slot.free),
                                    name=f"msg-{message.id}")
         self._tasks.add(task)
         task.add_done_callback(lambda done: self._task_done(done, slot))
 
-    def _slot_given_back(self) -> None:
+    def _slot_given_back(self, index: int) -> None:
         self._at_app -= 1
+        self._at_app_by_queue[index] -= 1
         self._slot_freed.set()
 
     def _task_done(self, task: asyncio.Task[None], slot: AppSlot) -> None:

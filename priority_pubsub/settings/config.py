@@ -45,6 +45,22 @@ class QueueConfig(_Strict):
     name: str = Field(min_length=1)
     weight: int = Field(default=1, ge=1, le=10_000)
     route: str = ""
+    reserve: int = Field(default=0, ge=0, le=4096)
+    """Workers kept for this queue: a lower queue may not take them while unused (README
+    "Long tasks")."""
+    max_concurrency: int | None = Field(default=None, ge=1, le=4096)
+    """At most this many of this queue's messages at the app at once; None: no own limit."""
+    max_wait_s: float | None = Field(default=None, gt=0, le=31_536_000)
+    """Starvation bound: untried this long, the queue gets one try ahead of higher ones."""
+    wait_slo_s: float | None = Field(default=None, gt=0, le=86_400)
+    """Target wait for ``priority_pubsub_workers_needed``; None: that gauge is off."""
+
+    @model_validator(mode="after")
+    def _limit_holds_the_reserve(self) -> QueueConfig:
+        if self.max_concurrency is not None and self.max_concurrency < self.reserve:
+            raise ValueError(f"queue {self.name!r}: max_concurrency {self.max_concurrency} "
+                             f"is below its reserve {self.reserve}")
+        return self
 
     @field_validator("route")
     @classmethod
@@ -220,6 +236,8 @@ class ServerConfig(_Strict):
     """False (daprd's ``--enable-metrics=false``): no ``/metrics``; health stays served."""
     depth_interval_s: float = Field(default=15, gt=0)
     """How often queue depth is refreshed for ``priority_pubsub_queue_depth``."""
+    capacity_window_s: float = Field(default=600, gt=0, le=86_400)
+    """The sliding window of ``priority_pubsub_workers_needed`` (queues[].wait_slo_s)."""
     stall_after_s: float = Field(default=10, gt=0)
     """Event-loop lag after which ``/healthz`` reports the loop as stuck."""
 
@@ -297,6 +315,18 @@ class Settings(_Strict):
             raise ValueError(f"queues: duplicate names {duplicates}")
         if self.dead_letter and self.dead_letter.queue in names:
             raise ValueError("dead_letter.queue: must not be one of the consumed queues")
+        return self
+
+    @model_validator(mode="after")
+    def _reserves_fit(self) -> Settings:
+        reserved = [q for q in self.queues if q.reserve]
+        if self.queues[-1].reserve:
+            raise ValueError(f"queues: a reserve on the lowest queue {self.queues[-1].name!r} "
+                             "means nothing (no queue below it to keep out)")
+        if sum(q.reserve for q in reserved) >= self.concurrency:
+            names = ", ".join(f"{q.name} {q.reserve}" for q in reserved)
+            raise ValueError(f"queues: reserves ({names}) must sum below concurrency "
+                             f"{self.concurrency}")
         return self
 
     @property

@@ -9,13 +9,36 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DAPR_API_GROUP = "dapr.io/"
 """The API group of every Dapr manifest (``apiVersion: dapr.io/v1alpha1``)."""
+CAPACITY_KEYS = ("reserve", "max_concurrency", "max_wait_s", "wait_slo_s")
+"""Per-topic capacity settings (README "Long tasks"): a ``dapr.priorities`` mapping entry or
+a Subscription's metadata sets them as ``queues[]`` entries do."""
+
+
+class TopicPriority(BaseModel):
+    """A ``dapr.priorities`` entry with capacity settings:
+    ``{topic: orders-high, reserve: 1, max_concurrency: 2, max_wait_s: 600}``. The values are
+    checked as ``queues[]`` entries are, once the topics are queues."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    topic: str = Field(min_length=1)
+    reserve: int | None = None
+    max_concurrency: int | None = None
+    max_wait_s: float | None = None
+    wait_slo_s: float | None = None
+
+    def capacity(self) -> dict[str, float | int]:
+        """The settings this entry gives (those left out are not given)."""
+        return {key: value for key in CAPACITY_KEYS
+                if (value := getattr(self, key)) is not None}
 
 
 class DaprConfig(BaseModel):
     """Where the Dapr resources are and which app this sidecar serves.
 
     ``priorities`` lists topics highest first; topics not listed come after, in the order the
-    subscriptions were found. ``queue_layout``: ``per-topic`` gives each topic its own queue
+    subscriptions were found. An entry may be a mapping with the topic's capacity settings
+    (``TopicPriority``). ``queue_layout``: ``per-topic`` gives each topic its own queue
     (what priorities need); ``shared`` keeps daprd's snssqs layout (one queue per app id,
     routed by the envelope's topic).
     """
@@ -24,7 +47,7 @@ class DaprConfig(BaseModel):
 
     resources_path: tuple[Path, ...] = Field(min_length=1)
     app_id: str = Field(min_length=1)
-    priorities: tuple[str, ...] = ()
+    priorities: tuple[str | TopicPriority, ...] = ()
     queue_layout: Literal["per-topic", "shared"] = "per-topic"
     subscribe_timeout_s: float = Field(default=60, gt=0)
     """How long start-up waits for the app to answer ``GET /dapr/subscribe``."""
@@ -40,11 +63,24 @@ class DaprConfig(BaseModel):
     @classmethod
     def _no_duplicates(cls, value: object) -> object:
         if isinstance(value, list | tuple):
-            seen = [str(item) for item in value]
+            seen = [str(item.get("topic")) if isinstance(item, dict) else str(item)
+                    for item in value]
             duplicated = sorted({item for item in seen if seen.count(item) > 1})
             if duplicated:
                 raise ValueError(f"topics listed twice: {duplicated}")
         return value
+
+    @property
+    def priority_topics(self) -> tuple[str, ...]:
+        """``priorities``' topics, highest first."""
+        return tuple(p if isinstance(p, str) else p.topic for p in self.priorities)
+
+    def topic_capacity(self, topic: str) -> dict[str, float | int]:
+        """The capacity settings ``priorities`` gives ``topic`` (none for a plain entry)."""
+        for entry in self.priorities:
+            if isinstance(entry, TopicPriority) and entry.topic == topic:
+                return entry.capacity()
+        return {}
 
 
 def dapr_manifest_kind(path: Path) -> str | None:

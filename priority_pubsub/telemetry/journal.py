@@ -1,8 +1,10 @@
-"""The delivery journal: one JSON line per settle (schema version 2).
+"""The delivery journal: one JSON line per settle (schema version 3).
 
 Version 2 added two outcomes (``release``: handed back unseen; ``settle_failed``: the
 settle call failed or was refused, so the broker delivers the message again); its fields
-are those of version 1, and readers take both (``READABLE_VERSIONS``).
+are those of version 1. Version 3 added one nullable field, ``promoted_after_s`` (the
+starvation bound took the message ahead of higher queues). Readers take all three
+(``READABLE_VERSIONS``): a field a line lacks reads as null.
 
 The schema is defined once, here (``JOURNAL_FIELDS``); the writer below and the PySpark
 report both derive from it. Each line is written when its attempt is settled, with one
@@ -29,10 +31,10 @@ from priority_pubsub.telemetry.logs import get_logger
 log = get_logger(__name__)
 FsyncPolicy = Literal["none", "every_line"]
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 """Versions this code reads: a version only ever adds outcomes or nullable fields."""
-FieldType = Literal["int", "long", "string"]
+FieldType = Literal["int", "long", "double", "string"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +46,8 @@ class JournalField:
 
 
 JOURNAL_FIELDS: tuple[JournalField, ...] = (
-    JournalField("v", "int", False, "schema version, 2 (1: before release/settle_failed)"),
+    JournalField("v", "int", False,
+                 "schema version, 3 (2: before promoted_after_s; 1: before release/settle_failed)"),
     JournalField("message_id", "string", False, "broker message id"),
     JournalField("queue", "string", False, "queue name"),
     JournalField("priority", "int", False, "0 = highest"),
@@ -59,6 +62,9 @@ JOURNAL_FIELDS: tuple[JournalField, ...] = (
     JournalField("reason", "string", True,
                  "why it was retried, dropped, dead-lettered, released or not settled"),
     JournalField("bytes", "long", False, "body size in bytes as received"),
+    JournalField("promoted_after_s", "double", True,
+                 "set when the starvation bound (queues[].max_wait_s) took it ahead of higher "
+                 "queues: how long its queue had gone untried"),
 )
 OUTCOMES = tuple(kind.value for kind in Kind)
 _FIELD_NAMES = tuple(f.name for f in JOURNAL_FIELDS)
@@ -84,6 +90,7 @@ class JournalRecord:
     http_status: int | None
     reason: str | None
     bytes: int
+    promoted_after_s: float | None = None
     v: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

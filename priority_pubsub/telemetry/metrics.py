@@ -81,6 +81,19 @@ class Metrics:
             "Deliveries allowed at once now (lowered by the app's 429/503 Retry-After).",
             registry=r,
         )
+        self.oldest_wait_seconds = Gauge(
+            "priority_pubsub_oldest_wait_seconds", "Age of the oldest waiting message per "
+            "queue, when the broker tells (aggregate replicas with max).", ["queue"], registry=r,
+        )
+        self.workers_needed = Gauge(
+            "priority_pubsub_workers_needed", "Workers a queue needs for its wait_slo_s "
+            "(Erlang C over server.capacity_window_s; aggregate replicas with sum).",
+            ["queue"], registry=r,
+        )
+        self.promotions = Counter(
+            "priority_pubsub_promotions", "Messages taken ahead of higher queues by the "
+            "starvation bound (queues[].max_wait_s).", ["queue"], registry=r,
+        )
 
         self._queues: dict[tuple[str, int], QueueMetrics] = {}
 

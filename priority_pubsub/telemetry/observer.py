@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.outcome import Kind
 from priority_pubsub.telemetry.journal import JournalRecord, JournalWriter
+from priority_pubsub.telemetry.live_capacity import LiveCapacity
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.metrics import Metrics
 
@@ -42,16 +43,27 @@ class DeliveryObserver:
         *,
         driver_type: str,
         log_successes: bool = False,
+        capacity: LiveCapacity | None = None,
+        queue_names: tuple[str, ...] = (),
     ) -> None:
         self.metrics = metrics
         self._journal = journal
         self._driver_type = driver_type
         self._log_successes = log_successes
+        self._capacity = capacity
+        self._queue_index = {name: index for index, name in enumerate(queue_names)}
+        """Queue positions for ``capacity`` (which counts deliveries, not releases)."""
 
     def received(self, message: Message) -> None:
         metrics = self.metrics.queue(message.queue, message.priority)
         metrics.received.inc()
         metrics.wait_seconds.observe(max(0.0, (message.received_ms - message.enqueued_ms) / 1000))
+
+    def promoted(self, message: Message) -> None:
+        """The starvation bound took ``message`` ahead of higher queues."""
+        self.metrics.promotions.labels(message.queue).inc()
+        log.info("promoted", queue=message.queue, message_id=message.id,
+                 untried_s=message.promoted_after_s)
 
     def receive_call(self, queue: str, priority: int, *, empty: bool) -> None:
         self.metrics.queue(queue, priority).receive_calls[empty].inc()
@@ -66,6 +78,10 @@ class DeliveryObserver:
         message, kind = event.message, event.kind
         settled_ms = now_ms()
         self.metrics.queue(message.queue, message.priority).settled[kind.value].inc()
+        if self._capacity is not None and kind is not Kind.RELEASE:
+            started_ms = event.forwarded_ms or message.received_ms
+            self._capacity.served(self._queue_index[message.queue],
+                                  (settled_ms - started_ms) / 1000)
         if kind is not Kind.ACK or self._log_successes:  # an ack logs nothing above debug
             self._log(event, settled_ms - (event.forwarded_ms or message.received_ms))
         if self._journal is not None:
@@ -76,6 +92,7 @@ class DeliveryObserver:
                 forwarded_ms=event.forwarded_ms, settled_ms=settled_ms,
                 outcome=kind.value, http_status=event.http_status,
                 reason=event.reason, bytes=len(message.body),
+                promoted_after_s=message.promoted_after_s,
             ))
 
     def _log(self, event: Settled, duration_ms: int) -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, total, wait_until
+from tests.e2e.long_task_scenarios import LongTaskScenarios
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.servers import free_port
 from tests.support.sidecar import SidecarProcess, start_sidecar
@@ -58,8 +59,9 @@ def _outcomes(directory: Path) -> list[str]:
     return sorted(record["outcome"] for record in journal_records(directory / "journal"))
 
 
-class SidecarScenarios:
-    """Subclass per broker and provide a ``topology`` fixture (see the module docstring)."""
+class SidecarScenarios(LongTaskScenarios):
+    """Subclass per broker and provide a ``topology`` fixture (see the module docstring).
+    The long-task scenarios (issue 25: reserve, max_concurrency, max_wait_s) come with it."""
 
     ready_timeout_s: ClassVar[float] = 20
     """How long the sidecar may take to become ready (SDK connection set-up)."""

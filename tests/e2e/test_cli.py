@@ -25,6 +25,10 @@ pytestmark = pytest.mark.local
         ("queues: [{name: a}]\n", {"PRIORITY_PUBSUB_RETRY__MAX_ATTEMPTS": "0"},
          "retry.max_attempts: "),
         ("queues: [{name: a}\n", {}, "cannot parse"),
+        ("queues: [{name: a, reserve: 2}, {name: b, reserve: 2}, {name: c}]\nconcurrency: 4\n",
+         {}, "queues: reserves (a 2, b 2) must sum below concurrency 4"),
+        ("queues: [{name: a}, {name: b, reserve: 1}]\n", {},
+         "queues: a reserve on the lowest queue 'b' means nothing"),
     ],
 )
 def test_run_with_invalid_config_exits_2_with_one_line(
@@ -105,16 +109,34 @@ def test_stats_json_is_stable_and_counts(tmp_path: Path) -> None:
     result = cli("stats", "--json", config=config)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert list(report) == ["v", "driver", "queues", "dead_letter"]
+    assert list(report) == ["v", "driver", "queues", "dead_letter", "capacity_plan"]
     assert report["v"] == 1
     assert [(q["name"], q["priority"], q["visible"], q["in_flight"]) for q in report["queues"]] \
         == [("high", 0, 2, 0), ("normal", 1, 0, 0), ("low", 2, 1, 0)]
     assert list(report["queues"][0]) == ["name", "priority", "visible", "in_flight", "delayed",
                                          "oldest_age_s"]
     assert report["dead_letter"]["name"] == "dead"
+    assert [(p["queue"], p["most_workers"]) for p in report["capacity_plan"]] == [
+        ("high", 2), ("normal", 2), ("low", 2)]
     text = cli("stats", config=config)
     assert text.returncode == 0
     assert "high" in text.stdout
+    assert "low: up to 2 workers" in text.stdout
+
+
+def test_check_prints_the_capacity_plan(tmp_path: Path) -> None:
+    config = local_config(tmp_path, "http://127.0.0.1:1", concurrency=4)
+    config["queues"] = [{"name": "high", "reserve": 1, "max_concurrency": 2},
+                        {"name": "normal", "reserve": 1}, {"name": "low", "max_wait_s": 600}]
+    result = cli("check", "--offline", config=write_config(tmp_path, config))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["queues"][0]["reserve"] == 1
+    plan = result.stderr.split("capacity plan: concurrency 4 (strict)\n")[1].splitlines()[:3]
+    assert plan == [
+        "  high: up to 2 workers (1 reserved for it; max_concurrency 2)",
+        "  normal: up to 3 workers (1 reserved for it; 1 kept for higher queues)",
+        "  low: up to 2 workers (2 kept for higher queues; served at least once per 600 s)",
+    ]
 
 
 def test_check_masks_secrets_and_reports_reachability(tmp_path: Path, app: RecordingApp) -> None:

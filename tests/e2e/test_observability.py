@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -142,3 +143,33 @@ def test_logs_carry_delivery_fields_but_never_secrets_or_bodies(
     for line in deliveries:
         assert {"message_id", "queue", "priority", "attempt", "outcome", "duration_ms",
                 "level", "timestamp"} <= line.keys()
+
+
+def test_the_live_capacity_gauges(tmp_path: Path, app: RecordingApp) -> None:
+    """Issue 25: ``priority_pubsub_oldest_wait_seconds`` where the broker tells (local does),
+    ``priority_pubsub_workers_needed`` for a queue with ``wait_slo_s`` (and only for it), from
+    the deliveries and the change in depth it saw (a backlog there at the start is none)."""
+    app.behaviour = lambda _: Reply(delay_s=0.5)
+    config = local_config(tmp_path, app.url, concurrency=1,
+                          server={"host": "127.0.0.1", "port": 0, "depth_interval_s": 0.2})
+    config["queues"] = [{"name": "high", "wait_slo_s": 5}, {"name": "normal"}, {"name": "low"}]
+    path = write_config(tmp_path, config)
+    publish(path, "high", "{}", count=3)
+    sidecar = SidecarProcess(tmp_path, config)
+    try:
+        app.wait_for(1, timeout_s=20)
+        for _ in range(4):  # arrivals while it runs: faster than one worker serves them
+            publish(path, "high", "{}")
+            time.sleep(0.25)
+        app.wait_for(4, timeout_s=20)
+        time.sleep(0.3)  # a depth refresh after the last arrival
+        text = sidecar.metrics()
+    finally:
+        assert sidecar.stop() == 0
+    ages = {dict(k)["queue"]: v for k, v in samples(text, "priority_pubsub_oldest_wait_seconds")
+            .items()}
+    assert ages["high"] >= 1.0  # messages wait behind one 0.5 s worker since the start
+    needed = {dict(k)["queue"]: v for k, v in samples(text, "priority_pubsub_workers_needed")
+              .items()}
+    assert set(needed) == {"high"}
+    assert needed["high"] >= 1

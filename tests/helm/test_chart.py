@@ -329,3 +329,21 @@ def test_dapr_mode_uses_an_existing_configmap_and_rolls_on_change(helm: Helm) ->
         return str(annotations["checksum/priority-pubsub-dapr-resources"])
 
     assert checksum() != checksum("dapr.resources.manifests.extra\\.yaml=kind: Resiliency")
+
+
+def test_keda_can_also_scale_on_the_live_workers_needed_gauge(helm: Helm) -> None:
+    """Issue 25: a Prometheus trigger on priority_pubsub_workers_needed, summed over the
+    replicas (each replica counts its own deliveries), one replica per concurrency workers."""
+    docs = helm.render([_example("sqs")], [
+        "keda.workersNeeded.enabled=true",
+        "keda.workersNeeded.serverAddress=http://prometheus.monitoring.svc:9090",
+        "config.concurrency=8",
+    ])
+    backlog, capacity = one(docs, "ScaledObject")["spec"]["triggers"]
+    assert backlog["type"] == "aws-sqs-queue"
+    assert capacity == {"type": "prometheus", "metadata": {
+        "serverAddress": "http://prometheus.monitoring.svc:9090",
+        "query": 'max(sum by (queue) (priority_pubsub_workers_needed{namespace="work"}))',
+        "threshold": "8"}}
+    refused = helm.render_error([_example("sqs")], ["keda.workersNeeded.enabled=true"])
+    assert "keda.workersNeeded.serverAddress is required" in refused

@@ -225,3 +225,42 @@ def test_manifest_error_is_one_line_with_exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "all.yaml: Component orderpubsub: spec.type: required" in result.stderr
+
+
+def test_capacity_settings_per_topic_from_priorities_entries_and_metadata(
+    tmp_path: Path,
+) -> None:
+    """Issue 25: a ``dapr.priorities`` entry may be a mapping with the topic's reserve,
+    limit and bounds; a Subscription's metadata sets them as it sets priority and weight
+    (the entry wins where both do)."""
+    app = [{"pubsubname": "orderpubsub", "topic": t, "route": "/o", "metadata": m}
+           for t, m in (("bulk", {"max_wait_s": "900", "wait_slo_s": "120"}),
+                        ("orders-high", {"reserve": "2"}), ("orders", {"priority": "1"}))]
+    priorities = [{"topic": "orders-high", "reserve": 1, "max_concurrency": 2,
+                   "max_wait_s": 600}, "orders"]
+    plan = plan_for(tmp_path, COMPONENT, app=app, priorities=priorities)
+    assert plan.settings()["queues"] == [
+        {"name": "shop-orders-high", "weight": 1, "reserve": 1, "max_concurrency": 2,
+         "max_wait_s": 600},
+        {"name": "shop-orders", "weight": 1},
+        {"name": "shop-bulk", "weight": 1, "max_wait_s": 900.0, "wait_slo_s": 120.0},
+    ]
+
+
+def test_bad_capacity_metadata_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    app = [{"pubsubname": "orderpubsub", "topic": "a", "route": "/o",
+            "metadata": {"reserve": "one"}}, {"pubsubname": "orderpubsub", "topic": "b",
+                                              "route": "/o"}]
+    with pytest.raises(ConfigError, match=r"metadata\.reserve: not an integer: 'one'$"):
+        plan_for(tmp_path, COMPONENT, app=app)
+    with pytest.raises(ValueError, match="topics listed twice"):
+        DaprConfig(resources_path=tmp_path, app_id="shop",
+                   priorities=[{"topic": "a", "reserve": 1}, "a"])  # type: ignore[list-item]
+
+
+def test_capacity_settings_in_the_shared_layout_are_warned_about(tmp_path: Path) -> None:
+    app = [{"pubsubname": "orderpubsub", "topic": "a", "route": "/o"}]
+    plan = plan_for(tmp_path, COMPONENT, app=app, queue_layout="shared",
+                    priorities=[{"topic": "a", "reserve": 1}])
+    assert any("not honoured with queue_layout: shared" in w for w in plan.warnings)
+    assert "reserve" not in plan.settings()["queues"][0]

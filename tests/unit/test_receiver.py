@@ -18,7 +18,8 @@ class FakeDispatcher:
         self.waiting: asyncio.Queue[Message] = asyncio.Queue()
         self.takes = 0
 
-    async def take(self, free: int, why_abandoned: Callable[[], str]) -> list[Message]:
+    async def take(self, free: int, why_abandoned: Callable[[], str], **_: object
+                   ) -> list[Message]:
         self.takes += 1
         return [await self.waiting.get()]
 

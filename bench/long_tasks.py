@@ -1,0 +1,266 @@
+"""Long tasks (issue 25): high-priority wait behind a saturated low backlog of long tasks, with
+and without ``reserve``; low throughput with no high traffic; the live ``workers_needed``
+gauge beside the report's figure on the same run.
+
+The sidecar (as shipped, in this process, local driver) delivers to an app in the same
+process that holds each request for the seconds its body names and stamps its arrival.
+
+* ``high wait``: concurrency 4, a backlog of low tasks of ``--low-task-s`` (>= 6 s) saturates
+  every worker it may use; ``--high`` high messages of 0.2 s are published one at a time,
+  ``--high-gap-s`` apart (not in step with the low tasks); each one's wait is publish -> the
+  app. Without ``reserve`` a high message waits for the rest of a low task; with
+  ``reserve: 1`` it takes the worker kept for it (target: max <= 1 s).
+* ``low throughput``: only low tasks (``--throughput-task-s``), ``--throughput-messages`` of
+  them, without and with ``reserve: 1``; the ratio of their throughputs against
+  ``(c - r) / c`` (target >= 0.95 of it: the reserved worker idles, nothing else is lost).
+* ``gauge vs report``: Poisson arrivals on two queues with exponential task lengths for
+  ``--steady-s``; ``priority_pubsub_workers_needed`` read from the running sidecar at the end
+  beside ``priority-pubsub report``'s workers needed on the journal of the same run, for the
+  same target wait (tolerance: within 20 %).
+
+Each figure is the median of ``--rounds`` rounds, side by side.
+
+    python -m bench.long_tasks --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from bench.brokers import LocalBroker
+from bench.common import emit, log, make_settings, median_of, percentile, ratio, rounded, temp_dir
+from bench.common import run_with_logs_aside as run_quietly
+from priority_pubsub.drivers.local.driver import LocalDriver
+from priority_pubsub.drivers.registry import build_driver
+from priority_pubsub.sidecar import Sidecar
+
+CONCURRENCY = 4
+HIGH_TASK_S = 0.2
+
+
+class TimedApp:
+    """An app that holds each request ``data["s"]`` seconds and stamps arrivals by tag."""
+
+    def __init__(self) -> None:
+        self.arrived: dict[str, float] = {}
+        self.finished: dict[str, float] = {}
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        return f"http://127.0.0.1:{self.port}/tasks"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        data = (await request.json())["data"]
+        self.arrived[data["tag"]] = time.time()
+        await asyncio.sleep(float(data["s"]))
+        self.finished[data["tag"]] = time.time()
+        return web.Response(status=200)
+
+
+def task(tag: str, seconds: float) -> bytes:
+    return json.dumps({"tag": tag, "s": seconds}).encode()
+
+
+async def with_sidecar(directory: Path, queues: list[dict[str, Any]],
+                       concurrency: int, app: TimedApp, url: str) -> tuple[Sidecar, LocalDriver,
+                                                                           asyncio.Task[int]]:
+    settings = make_settings(directory, LocalBroker(directory).driver_config(), queues,
+                             app_url=url, concurrency=concurrency)
+    driver = build_driver(settings)
+    assert isinstance(driver, LocalDriver)
+    sidecar = Sidecar(settings, driver=driver)
+    return sidecar, driver, asyncio.create_task(sidecar.run(handle_signals=False))
+
+
+async def wait_until(condition: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.02)
+
+
+async def high_waits(directory: Path, reserve: int, args: argparse.Namespace) -> list[float]:
+    """Waits (s) of high messages published while low long tasks hold every worker they may."""
+    app = TimedApp()
+    url = await app.start()
+    broker = LocalBroker(directory)
+    lows = CONCURRENCY * 3
+    await broker.preload("low", lows, lambda i: task(f"lo-{i}", args.low_task_s))
+    queues = [{"name": "high", "reserve": reserve}, {"name": "low"}]
+    sidecar, driver, running = await with_sidecar(directory, queues, CONCURRENCY, app, url)
+    published: dict[str, float] = {}
+    try:
+        await wait_until(lambda: len(app.arrived) >= CONCURRENCY - reserve, 30)
+        for n in range(args.high):
+            await asyncio.sleep(args.high_gap_s)
+            published[f"hi-{n}"] = time.time()
+            await driver.publish("high", task(f"hi-{n}", HIGH_TASK_S))
+        await wait_until(lambda: set(published) <= set(app.arrived), args.low_task_s * 4)
+    finally:
+        sidecar.request_stop()
+        await running
+        await app.stop()
+    return [app.arrived[tag] - at for tag, at in published.items() if tag in app.arrived]
+
+
+async def low_throughput(directory: Path, reserve: int, args: argparse.Namespace) -> float:
+    """Low tasks per second with no high traffic, from the first start to the last end."""
+    app = TimedApp()
+    url = await app.start()
+    count = args.throughput_messages
+    await LocalBroker(directory).preload(
+        "low", count, lambda i: task(f"lo-{i}", args.throughput_task_s))
+    queues = [{"name": "high", "reserve": reserve}, {"name": "low"}]
+    sidecar, _, running = await with_sidecar(directory, queues, CONCURRENCY, app, url)
+    try:
+        await wait_until(lambda: len(app.finished) >= count,
+                         count * args.throughput_task_s + 30)
+    finally:
+        sidecar.request_stop()
+        await running
+        await app.stop()
+    span = max(app.finished.values()) - min(app.arrived.values())
+    return len(app.finished) / span
+
+
+async def gauge_run(directory: Path, args: argparse.Namespace, seed: int
+                    ) -> tuple[list[int | None], Path]:
+    """A steady run; the live workers_needed per queue at its end, and the journal's glob."""
+    app = TimedApp()
+    url = await app.start()
+    slo = args.target_wait_s
+    queues = [{"name": "high", "wait_slo_s": slo}, {"name": "low", "wait_slo_s": slo}]
+    sidecar, driver, running = await with_sidecar(directory, queues, args.steady_concurrency,
+                                                  app, url)
+    rng = random.Random(seed)
+    streams = (("high", args.high_rate, args.high_service_s),
+               ("low", args.low_rate, args.low_service_s))
+
+    async def feed(queue: str, rate: float, service_s: float) -> None:
+        n, ends = 0, time.monotonic() + args.steady_s
+        while time.monotonic() < ends:
+            await asyncio.sleep(rng.expovariate(rate))
+            await driver.publish(queue, task(f"{queue}-{n}", rng.expovariate(1 / service_s)))
+            n += 1
+
+    try:
+        await wait_until(lambda: sidecar.connected, 30)  # the driver publishes once started
+        await asyncio.gather(*(feed(*stream) for stream in streams))
+        await asyncio.sleep(2 * max(args.high_service_s, args.low_service_s))  # in flight end
+        live = sidecar.capacity.workers_needed()
+    finally:
+        sidecar.request_stop()
+        await running
+        await app.stop()
+    return live, directory / "journal"
+
+
+def report_workers(journal: Path, target_wait_s: float, spark: Any) -> list[int | None]:
+    from priority_pubsub.analytics.report import run_report
+
+    summary = run_report(str(journal / "journal-*.jsonl"), str(journal.parent / "report"),
+                         target_wait_s=target_wait_s, spark=spark)
+    return [row.workers_needed for row in summary.capacity]
+
+
+def within(live: int | None, offline: int | None) -> float | None:
+    """|live - report| / report."""
+    if live is None or not offline:
+        return None
+    return round(abs(live - offline) / offline, 3)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    waits: dict[int, list[list[float]]] = {0: [], 1: []}
+    throughput: dict[int, list[float]] = {0: [], 1: []}
+    gauges: list[dict[str, Any]] = []
+    for round_ in range(args.rounds):
+        for reserve in (0, 1):  # side by side in each round
+            with temp_dir(f"long-{round_}-{reserve}") as directory:
+                waits[reserve].append(await high_waits(directory, reserve, args))
+            with temp_dir(f"long-tp-{round_}-{reserve}") as directory:
+                throughput[reserve].append(await low_throughput(directory, reserve, args))
+            log(f"round {round_} reserve {reserve}: high waits "
+                f"{[round(w, 2) for w in waits[reserve][-1]]}, low throughput "
+                f"{throughput[reserve][-1]:.3f}/s")
+        if args.steady_s > 0:
+            with temp_dir(f"long-gauge-{round_}") as directory:
+                live, journal = await gauge_run(directory, args, seed=round_)
+                offline = await asyncio.to_thread(report_workers, journal,
+                                                  args.target_wait_s, args.spark)
+            gauges.append({"live": live, "report": offline,
+                           "off_by": [within(a, b) for a, b in zip(live, offline,
+                                                                   strict=False)]})
+            log(f"round {round_}: workers needed live {live}, report {offline}")
+    result: dict[str, Any] = {"concurrency": CONCURRENCY, "rounds": args.rounds,
+                              "low_task_s": args.low_task_s, "high": args.high}
+    for reserve, name in ((0, "no_reserve"), (1, "reserve_1")):
+        result[name] = {
+            f"high_wait_{q}_s": rounded(median_of([percentile(w, p) for w in waits[reserve]]), 3)
+            for q, p in (("p50", 50), ("p99", 99), ("max", 100))
+        } | {"low_msgs_per_s": rounded(median_of(throughput[reserve]), 3)}
+    expected = (CONCURRENCY - 1) / CONCURRENCY
+    tops, bottoms = throughput[1], throughput[0]
+    per_round = [t / b for t, b in zip(tops, bottoms, strict=True)]
+    result["low_throughput_ratio"] = rounded(median_of(per_round), 3)
+    result["low_throughput_ratio_over_expected"] = ratio(result["low_throughput_ratio"],
+                                                         expected)
+    result["gauge_vs_report"] = gauges
+    lowest = [g["off_by"][-1] for g in gauges if g["off_by"] and g["off_by"][-1] is not None]
+    result["gauge_off_by_median"] = rounded(median_of(lowest), 3)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--low-task-s", type=float, default=6.0)
+    parser.add_argument("--high", type=int, default=8)
+    parser.add_argument("--high-gap-s", type=float, default=1.3)
+    parser.add_argument("--throughput-messages", type=int, default=24)
+    parser.add_argument("--throughput-task-s", type=float, default=1.0)
+    parser.add_argument("--steady-s", type=float, default=60.0)
+    parser.add_argument("--steady-concurrency", type=int, default=6)
+    parser.add_argument("--high-rate", type=float, default=3.0)
+    parser.add_argument("--high-service-s", type=float, default=0.4)
+    parser.add_argument("--low-rate", type=float, default=1.5)
+    parser.add_argument("--low-service-s", type=float, default=1.0)
+    parser.add_argument("--target-wait-s", type=float, default=1.0)
+    args = parser.parse_args()
+    args.spark = None
+    if args.steady_s > 0:
+        from priority_pubsub.analytics.report import _start_session
+
+        args.spark = _start_session("local[2]")
+    try:
+        result = run_quietly(main_async(args))
+    finally:
+        if args.spark is not None:
+            args.spark.stop()
+    rows = [[name, *(result[name][k] for k in ("high_wait_p50_s", "high_wait_p99_s",
+                                               "high_wait_max_s", "low_msgs_per_s"))]
+            for name in ("no_reserve", "reserve_1")]
+    emit("long_tasks", result, ["mode", "high wait p50 s", "p99 s", "max s", "low msg/s"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The live capacity signal: how many workers each queue needs now, for autoscaling.
+
+Per queue with ``wait_slo_s``, ``priority_pubsub_workers_needed{queue}`` is the report's
+Erlang-C sizing (``erlang``; model in ``analytics.capacity``) on what this replica saw over a
+sliding window (``server.capacity_window_s``, 10 min by default): the arrival rate is its
+deliveries (retries included, releases not: no worker held them) plus the change in the
+queue's depth where the broker tells it, the service time is ``settled - forwarded``. Under
+strict priorities a queue competes with the queues above it, so queue p is sized on the load
+of queues 0..p together, as the report sizes priority p. Across replicas the figures add up
+(each saw its own deliveries); the depth term is the queue's own, seen by every replica, so a
+backlog's growth is counted once per replica (README "Long tasks").
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from priority_pubsub.core.erlang import MAX_WORKERS, workers_needed
+
+DEFAULT_WINDOW_S = 600.0
+
+
+class LiveCapacity:
+    def __init__(self, wait_slo_s: Sequence[float | None], window_s: float = DEFAULT_WINDOW_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._slo = list(wait_slo_s)
+        self._window_s = window_s
+        self._clock = clock
+        self._started = clock()
+        self._served: list[deque[tuple[float, float]]] = [deque() for _ in self._slo]
+        """Per queue: (when, service seconds) of each delivery in the window."""
+        self._depths: list[deque[tuple[float, int]]] = [deque() for _ in self._slo]
+
+    def served(self, queue: int, service_s: float) -> None:
+        """One delivery of ``queue`` held a worker ``service_s``."""
+        now = self._clock()
+        self._served[queue].append((now, max(0.0, service_s)))
+        self._forget(self._served[queue], now)
+
+    def depth_seen(self, queue: int, visible: int) -> None:
+        now = self._clock()
+        self._depths[queue].append((now, visible))
+        self._forget(self._depths[queue], now)
+
+    def arrival_rates(self) -> list[float]:
+        """Messages per second arriving at each queue, as this replica can tell."""
+        now = self._clock()
+        span_s = min(self._window_s, now - self._started)
+        if span_s <= 0:
+            return [0.0] * len(self._slo)
+        rates = []
+        for served, depths in zip(self._served, self._depths, strict=True):
+            self._forget(served, now)
+            self._forget(depths, now)
+            grown = depths[-1][1] - depths[0][1] if len(depths) > 1 else 0
+            rates.append(max(0.0, len(served) + grown) / span_s)
+        return rates
+
+    def mean_service_s(self) -> list[float]:
+        return [sum(s for _, s in served) / len(served) if served else 0.0
+                for served in self._served]
+
+    def workers_needed(self) -> list[int | None]:
+        """Per queue: the workers for its ``wait_slo_s`` (p95), sized on its load and that of
+        the queues above it; None for a queue without ``wait_slo_s``."""
+        needed: list[int | None] = []
+        cum_rate = cum_busy = 0.0
+        for rate, mean_s, slo in zip(self.arrival_rates(), self.mean_service_s(), self._slo,
+                                     strict=True):
+            cum_rate += rate
+            cum_busy += rate * mean_s
+            if slo is None:
+                needed.append(None)
+                continue
+            mix_s = cum_busy / cum_rate if cum_rate > 0 else 0.0
+            workers = workers_needed(cum_rate, mix_s, slo)
+            needed.append(MAX_WORKERS if workers is None else workers)
+        return needed
+
+    def _forget(self, samples: deque[tuple[float, float]] | deque[tuple[float, int]],
+                now: float) -> None:
+        while samples and samples[0][0] < now - self._window_s:
+            samples.popleft()

@@ -1,0 +1,142 @@
+"""The long-task scenarios of issue 25, part of every broker's ``SidecarScenarios``: a
+reserved worker serves high messages at once while a low backlog of long tasks runs, a
+per-queue limit holds, the starvation bound serves a low message under continuous high load.
+
+What the app saw is measured by the app (``RecordingApp``): each request's arrival time and
+its known task length give the intervals in which it held a worker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tests.e2e.helpers import journal_records, total
+from tests.support.app import Received, RecordingApp, Reply
+from tests.support.sidecar import SidecarProcess
+from tests.support.topologies.base import Topology, topology_config
+from tests.support.waiting import wait_until
+
+LOW_TASK_S = 4.0
+HIGH_TASK_S = 0.2
+
+
+def most_at_once(requests: list[Received], length_s: dict[str, float]) -> int:
+    """The most of ``requests`` the app held at once (each from its arrival for its length)."""
+    edges = sorted(
+        [(r.at, 1) for r in requests]
+        + [(r.at + length_s[str(r.event["data"])[:2]], -1) for r in requests],
+        key=lambda edge: (edge[0], edge[1]),  # an end before a start at the same instant
+    )
+    held = most = 0
+    for _, step in edges:
+        held += step
+        most = max(most, held)
+    return most
+
+
+def tag(data: str) -> bytes:
+    return json.dumps(data).encode()
+
+
+class LongTaskScenarios:
+    """Mixed into ``SidecarScenarios``: the subclass gives ``topology`` and ``start``."""
+
+    high_within_s: ClassVar[float] = 1.0
+    """How soon a high message published while every other worker runs a long task reaches
+    the app (issue 25: within 1 s)."""
+
+    def start(self, directory: Path, config: dict[str, Any], name: str = "sidecar"
+              ) -> SidecarProcess:
+        raise NotImplementedError
+
+    def test_a_reserved_worker_serves_high_while_long_low_tasks_run(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        high, low = topology.queue("high", lease_s=30), topology.queue("low", lease_s=30)
+        lengths = {"hi": HIGH_TASK_S, "lo": LOW_TASK_S}
+        app.behaviour = lambda r: Reply(delay_s=lengths[str(r.event["data"])[:2]])
+        lows = [f"lo-{n}" for n in range(6)]
+        for data in lows:
+            topology.publish(low, tag(data))
+        config = topology_config(
+            topology, tmp_path, app.url, [high, low], concurrency=4, lease={"duration_s": 30},
+        )
+        config["queues"] = [{"name": high, "reserve": 1}, {"name": low}]
+        sidecar = self.start(tmp_path, config)
+        published: dict[str, float] = {}
+        try:
+            app.wait_for(3, timeout_s=30)  # the backlog fills the three unreserved workers
+            for n in range(4):  # one at a time, each while three long low tasks run
+                time.sleep(1.0)
+                published[f"hi-{n}"] = time.time()
+                topology.publish(high, tag(f"hi-{n}"))
+            app.wait_for(len(lows) + len(published), timeout_s=60)
+            wait_until(lambda: len(journal_records(tmp_path / "journal", releases=True))
+                       >= len(lows) + len(published), timeout_s=30)
+        finally:
+            assert sidecar.stop() == 0
+        seen = {str(r.event["data"]): r for r in app.received}
+        waits = {data: seen[data].at - at for data, at in published.items()}
+        assert all(wait <= self.high_within_s for wait in waits.values()), waits
+        low_requests = [r for r in app.received if str(r.event["data"]).startswith("lo")]
+        assert most_at_once(low_requests, lengths) == 3
+        records = journal_records(tmp_path / "journal", releases=True)
+        assert [r for r in records if r["outcome"] == "release"] == []
+        delivered = Counter(str(r.event["data"]) for r in app.received)
+        assert sorted(delivered) == sorted(lows + list(published))  # nothing lost
+        assert set(delivered.values()) == {1}
+
+    def test_max_concurrency_is_never_exceeded(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        high, low = topology.queue("capped", lease_s=30), topology.queue("rest", lease_s=30)
+        lengths = {"hi": 1.0, "lo": 1.0}
+        app.behaviour = lambda r: Reply(delay_s=1.0)
+        for n in range(6):
+            topology.publish(high, tag(f"hi-{n}"))
+        for n in range(4):
+            topology.publish(low, tag(f"lo-{n}"))
+        config = topology_config(topology, tmp_path, app.url, [high, low], concurrency=4,
+                                 lease={"duration_s": 30})
+        config["queues"] = [{"name": high, "max_concurrency": 2}, {"name": low}]
+        sidecar = self.start(tmp_path, config)
+        try:
+            app.wait_for(10, timeout_s=40)
+        finally:
+            assert sidecar.stop() == 0
+        highs = [r for r in app.received if str(r.event["data"]).startswith("hi")]
+        assert most_at_once(highs, lengths) == 2
+        assert most_at_once(list(app.received), lengths) == 4  # the rest went to low
+
+    def test_max_wait_serves_a_low_message_under_continuous_high_load(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        high, low = topology.queue("busy", lease_s=30), topology.queue("starved", lease_s=30)
+        app.behaviour = lambda _: Reply(delay_s=0.3)
+        for n in range(40):  # 40 x 0.3 s on 2 workers: 6 s of high work, always waiting
+            topology.publish(high, tag(f"hi-{n}"))
+        topology.publish(low, tag("lo-0"))
+        max_wait_s = 2.0
+        config = topology_config(topology, tmp_path, app.url, [high, low], concurrency=2,
+                                 lease={"duration_s": 30})
+        config["queues"] = [{"name": high}, {"name": low, "max_wait_s": max_wait_s}]
+        sidecar = self.start(tmp_path, config)
+        try:
+            app.wait_for(41, timeout_s=60)
+            wait_until(lambda: len(journal_records(tmp_path / "journal")) >= 41, timeout_s=30)
+            metrics = sidecar.metrics()
+        finally:
+            assert sidecar.stop() == 0
+        order = [str(r.event["data"]) for r in app.received]
+        first = app.received[0].at
+        low_at = app.received[order.index("lo-0")].at - first
+        # served while high work was still queued
+        assert any(data.startswith("hi") for data in order[order.index("lo-0") + 1:]), order
+        assert low_at <= max_wait_s + 1.0, low_at  # the bound plus one pick (0.3 s tasks)
+        [record] = [r for r in journal_records(tmp_path / "journal") if r["queue"] == low]
+        assert record["promoted_after_s"] >= max_wait_s
+        assert total(metrics, "priority_pubsub_promotions_total", queue=low) == 1
