@@ -320,7 +320,7 @@ class Settings(_Strict):
     @model_validator(mode="after")
     def _reserves_fit(self) -> Settings:
         reserved = [q for q in self.queues if q.reserve]
-        if self.queues[-1].reserve:
+        if self.queues and self.queues[-1].reserve:  # no queues: a publisher-only sidecar
             raise ValueError(f"queues: a reserve on the lowest queue {self.queues[-1].name!r} "
                              "means nothing (no queue below it to keep out)")
         if sum(q.reserve for q in reserved) >= self.concurrency:
