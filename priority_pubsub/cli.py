@@ -6,6 +6,7 @@ Exit codes: 0 clean, 1 fatal error, 2 invalid config (one line naming the key pa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import json
@@ -23,6 +24,7 @@ from priority_pubsub.dapr.flags import DaprdFlags, reject_unknown
 from priority_pubsub.settings.config import Settings, load_config
 
 if TYPE_CHECKING:
+    from priority_pubsub.dapr.plan import DaprPlan
     from priority_pubsub.dapr.setup import Loaded
 
 T = TypeVar("T")
@@ -181,10 +183,8 @@ def run(
     async def serve() -> None:  # built inside: a driver may refuse its options (exit 2)
         if provision and loaded.plan is None:
             await _provision_at_start(settings)
-        from priority_pubsub.publish_api.server import serving
-
         try:
-            async with serving(settings, loaded.plan):
+            async with _publish_api(settings, loaded.plan):
                 if loaded.plan is None:
                     await Sidecar(settings).run()
                     return
@@ -196,6 +196,17 @@ def run(
             raise PriorityPubsubError(f"publish API: {exc}") from None
 
     _run_reporting(serve())
+
+
+def _publish_api(settings: Settings, plan: DaprPlan | None
+                 ) -> contextlib.AbstractAsyncContextManager[None]:
+    """The publish API for the run, or nothing: its server, models and aiohttp routes are
+    imported only when ``publish_api`` is configured (a sidecar is paid for once per pod)."""
+    if settings.publish_api is None:
+        return contextlib.nullcontext()
+    from priority_pubsub.publish_api.server import serving
+
+    return serving(settings, plan)
 
 
 async def _provision_at_start(settings: Settings) -> None:
