@@ -42,8 +42,6 @@ class _Request:
     job: Job
     write: bool
     future: asyncio.Future[Any]
-    ordered: bool = True
-    """Counted in ``_queued``: later jobs wait behind it (not so a checkpoint)."""
 
 
 class SqliteWorker:
@@ -132,9 +130,9 @@ class SqliteWorker:
         if self._since_checkpoint >= _CHECKPOINT_EVERY:
             self._since_checkpoint = 0
             assert self._loop is not None
-            checkpoint: asyncio.Future[Any] = self._loop.create_future()
-            checkpoint.add_done_callback(_ignore_outcome)
-            self._requests.put(_Request(_checkpoint, False, checkpoint, ordered=False))
+            # queued as any job: the loop's writes wait behind it, so it can backfill the
+            # whole WAL, which the next write then starts over (no writer may interleave)
+            self.submit(_checkpoint, write=False).add_done_callback(_ignore_outcome)
 
     def _connect(self) -> sqlite3.Connection:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -232,8 +230,7 @@ class SqliteWorker:
     def _settle_futures(self, results: list[tuple[_Request, Any, BaseException | None]]
                         ) -> None:
         for request, value, error in results:
-            if request.ordered:
-                self._queued -= 1
+            self._queued -= 1
             _settle(request.future, value, error)
 
 
