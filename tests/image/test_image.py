@@ -147,11 +147,50 @@ def test_image_metadata_non_root_healthcheck_and_size(image: dict[str, str]) -> 
     assert "/healthz" in health[-1]
     size_mb = int(_run("podman", "image", "inspect", "--format", "{{.Size}}", TAG)
                   .stdout.strip()) / 1e6
+    layers = _layers(TAG)
+    packages = _largest_packages(TAG)
     REPORT.parent.mkdir(exist_ok=True)
     REPORT.write_text(json.dumps({"image": TAG, "base": image["BASE"],
-                                  "size_mb": round(size_mb, 1)}) + "\n")
+                                  "size_mb": round(size_mb, 1), "layers": layers,
+                                  "largest_packages_mb": packages}, indent=1) + "\n")
     print(f"image {TAG} on {image['BASE']}: {size_mb:.0f} MB")
     assert size_mb < MAX_SIZE_MB
+    # built and kept out: the installer, and what only the report job (spark) would run
+    assert not {"pip", "setuptools", "pyspark", "pyarrow", "dynaconf"} & set(packages)
+
+
+def _layers(tag: str) -> list[dict[str, Any]]:
+    """Each layer's size and the step that made it, base first (the image report)."""
+    lines = _run("podman", "history", "--human=false", "--no-trunc", "--format",
+                 "{{.Size}}\t{{.CreatedBy}}", tag).stdout.splitlines()
+    layers = []
+    for line in reversed(lines):
+        size, _, created_by = line.partition("\t")
+        shown: float | str = round(int(size) / 1e6, 1) if size.isdigit() else size
+        layers.append({"size_mb": shown, "created_by": created_by[:160]})
+    return layers
+
+
+_SITE_PACKAGES_SIZES = """\
+import json, os, sysconfig
+site = sysconfig.get_paths()["purelib"]
+sizes = {}
+for entry in os.listdir(site):
+    name = entry.split("-")[0].split(".")[0].lower()
+    path = os.path.join(site, entry)
+    total = os.path.getsize(path) if os.path.isfile(path) else sum(
+        os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+    sizes[name] = sizes.get(name, 0) + total
+print(json.dumps(sizes))
+"""
+
+
+def _largest_packages(tag: str, count: int = 25) -> dict[str, float]:
+    """The image's site-packages by top-level name, largest first (MB, on disk)."""
+    found = json.loads(_podman("run", "--rm", "--entrypoint", "python", tag, "-c",
+                               _SITE_PACKAGES_SIZES).stdout)
+    ranked = sorted(found.items(), key=lambda item: -item[1])[:count]
+    return {name: round(size / 1e6, 1) for name, size in ranked}
 
 
 def test_container_runs_as_non_root_and_answers_health_probes(container: Container) -> None:
