@@ -41,9 +41,10 @@ from bench.common import (
     temp_dir,
 )
 
-DRIVERS = ("local", "local+publish_api", "sqs", "gcp_pubsub", "redis", "rabbitmq")
+DRIVERS = ("local", "local+publish_api", "sqs", "gcp_pubsub", "azure_servicebus", "redis",
+           "rabbitmq")
 DEFAULT_MESSAGES = {"local": 5000, "local+publish_api": 5000, "sqs": 300, "gcp_pubsub": 1000,
-                    "redis": 2000, "rabbitmq": 1000}
+                    "azure_servicebus": 500, "redis": 2000, "rabbitmq": 1000}
 QUEUES = ["high", "normal", "low"]
 
 _RSS = "print([int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')][0])"
@@ -52,6 +53,9 @@ BARE_CLIENTS = {
            "region_name='us-east-1')",
     "gcp_pubsub": "from google.pubsub_v1 import SubscriberAsyncClient\n"
                   "client = SubscriberAsyncClient()",
+    "azure_servicebus": "from azure.servicebus.aio import ServiceBusClient\n"
+                        "client = ServiceBusClient.from_connection_string("
+                        "{connection_string!r})",
     "redis": "import redis.asyncio\nclient = redis.asyncio.Redis.from_url({url!r})",
     "rabbitmq": "import asyncio, aio_pika\n"
                 "async def connected():\n"

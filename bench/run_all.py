@@ -78,7 +78,7 @@ def plan(big: bool, cloud: bool, quick: bool = False) -> list[tuple[str, list[st
 
 
 def _footprint_drivers(cloud: bool) -> list[str]:
-    drivers = ["local", "local+publish_api"]
+    drivers = ["local", "local+publish_api", "azure_servicebus"]  # the last: a dev dependency
     drivers += [name for name, present in (
         ("sqs", cloud), ("gcp_pubsub", cloud and EMULATOR.exists()),
         ("redis", RedisBroker.available()), ("rabbitmq", RabbitBroker.available()))
