@@ -8,10 +8,12 @@ failing job does not undo its neighbours) and their results are handed back to t
 in a single ``call_soon_threadsafe``.
 
 Why the loop: even batched, each job waited ~390 us for the GIL on the hop against 25-50 us of
-SQLite work (bench/sqlite_hops.py, issue 28). A *short* job (a few rows by index) therefore
-runs on the loop's own connection first, never waiting there: its busy timeout is 0, so a
-write lock held elsewhere (another process, or this worker's thread) answers SQLITE_BUSY at
-once and the job goes to the thread, which waits with the configured ``busy_timeout``. What
+SQLite work (bench/sqlite_hops.py, issue 28). *Short* jobs (a few rows by index) therefore
+run on the loop's own connection, those submitted in one turn of the loop together in one
+transaction right after it (a commit per job cost more than the hop at concurrency 64), and
+never wait there: its busy timeout is 0, so a write lock held elsewhere (another process, or
+this worker's thread) answers SQLITE_BUSY at once and the jobs go to the thread, which waits
+with the configured ``busy_timeout``. What
 could block stays on the thread: lock waits, checkpoints (the loop's connection never
 checkpoints; the thread checkpoints the WAL every ``_CHECKPOINT_EVERY`` loop commits), every
 commit under ``synchronous: full`` (an fsync each) and jobs not marked short. Submission
@@ -59,6 +61,7 @@ class SqliteWorker:
         self._loop_conn: sqlite3.Connection | None = None
         self._loop_writes = synchronous.upper() != "FULL"  # an fsync per commit: thread only
         self._queued = 0
+        self._loop_batch: list[_Request] = []
         self._since_checkpoint = 0
         self.commits = 0
         self.loop_jobs = 0
@@ -77,17 +80,19 @@ class SqliteWorker:
 
     def submit(self, job: Job, *, write: bool, short: bool = False) -> asyncio.Future[Any]:
         """The job's result as a future. ``short``: a few rows by index, worth running on the
-        loop (done at once unless the database is locked or the thread has jobs in hand)."""
+        loop: with the short jobs submitted in the same turn of the loop, in one transaction,
+        right after it (unless the file is locked or the thread has jobs in hand)."""
         assert self._loop is not None, "start() first"
-        future: asyncio.Future[Any] = self._loop.create_future()
-        if short and self._queued == 0 and (self._loop_writes or not write):
-            outcome = self._run_on_loop(job, write)
-            if outcome is not None:
-                _settle(future, *outcome)
-                return future
-        self._queued += 1
-        self._requests.put(_Request(job, write, future))
-        return future
+        request = _Request(job, write, self._loop.create_future())
+        if (short and self._queued == 0 and self._loop_conn is not None
+                and (self._loop_writes or not write)):
+            self._loop_batch.append(request)
+            if len(self._loop_batch) == 1:
+                self._loop.call_soon(self._run_loop_batch)
+        else:
+            self._run_loop_batch()  # what came first runs first: submission order is kept
+            self._to_thread([request])
+        return request.future
 
     async def call(self, job: Callable[[sqlite3.Connection], T], *, write: bool,
                    short: bool = False) -> T:
@@ -95,6 +100,7 @@ class SqliteWorker:
         return result
 
     def stop(self) -> None:
+        self._run_loop_batch()
         if self._thread is not None:
             self._requests.put(None)
             self._thread.join(timeout=10)
@@ -103,33 +109,35 @@ class SqliteWorker:
             self._loop_conn.close()
             self._loop_conn = None
 
-    def _run_on_loop(self, job: Job, write: bool) -> tuple[Any, BaseException | None] | None:
-        """(value, error) of the job run on the loop's connection; None when the database
-        was locked (nothing done: the job goes to the thread)."""
-        conn = self._loop_conn
-        if conn is None:
-            return None
-        try:
-            if write:
-                conn.execute("BEGIN IMMEDIATE")
-            value = job(conn)
-            if write:
-                conn.execute("COMMIT")
-        except Exception as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return None if _locked(exc) else (None, exc)
-        self.loop_jobs += 1
-        if write:
+    def _to_thread(self, requests: list[_Request]) -> None:
+        self._queued += len(requests)
+        for request in requests:
+            self._requests.put(request)
+
+    def _run_loop_batch(self) -> None:
+        """Run the pending short jobs on the loop's connection, as the thread runs a batch;
+        a job that met a lock (rolled back: its savepoint, or the whole transaction when
+        ``BEGIN IMMEDIATE`` or ``COMMIT`` met it) goes to the thread instead."""
+        batch, self._loop_batch = self._loop_batch, []
+        if not batch or self._loop_conn is None:
+            self._to_thread(batch)
+            return
+        commits = self.commits
+        locked = []
+        for request, value, error in self._execute(self._loop_conn, batch):
+            if error is not None and _locked(error):
+                locked.append(request)
+            else:
+                _settle(request.future, value, error)
+        self.loop_jobs += len(batch) - len(locked)
+        self._to_thread(locked)
+        if self.commits > commits:
             self._count_loop_commit()
-        return value, None
 
     def _count_loop_commit(self) -> None:
-        self.commits += 1
         self._since_checkpoint += 1
         if self._since_checkpoint >= _CHECKPOINT_EVERY:
             self._since_checkpoint = 0
-            assert self._loop is not None
             # queued as any job: the loop's writes wait behind it, so it can backfill the
             # whole WAL, which the next write then starts over (no writer may interleave)
             self.submit(_checkpoint, write=False).add_done_callback(_ignore_outcome)
