@@ -10,15 +10,16 @@ in a single ``call_soon_threadsafe``.
 Why the loop: even batched, each job waited ~390 us for the GIL on the hop against 25-50 us of
 SQLite work (bench/sqlite_hops.py, issue 28). *Short* jobs (a few rows by index) therefore
 run on the loop's own connection, those submitted in one turn of the loop together in one
-transaction right after it (a commit per job cost more than the hop at concurrency 64), and
-never wait there: its busy timeout is 0, so a write lock held elsewhere (another process, or
-this worker's thread) answers SQLITE_BUSY at once and the jobs go to the thread, which waits
-with the configured ``busy_timeout``. What
-could block stays on the thread: lock waits, checkpoints (the loop's connection never
-checkpoints; the thread checkpoints the WAL every ``_CHECKPOINT_EVERY`` loop commits), every
-commit under ``synchronous: full`` (an fsync each) and jobs not marked short. Submission
-order is kept: while the thread has jobs in hand, new ones queue behind them.
+transaction right after it (a commit per job cost more than the hop at concurrency 64); more
+than ``_LOOP_BATCH_MAX`` of them go to the thread together. They never wait on the loop: its
+busy timeout is 0, so a write lock held elsewhere (another process, or this worker's thread)
+answers SQLITE_BUSY at once and the jobs go to the thread, which waits with the configured
+``busy_timeout``. What could block stays on the thread: lock waits, checkpoints (the loop's
+connection never checkpoints; the thread checkpoints the WAL every ``_CHECKPOINT_EVERY`` loop
+commits), every commit under ``synchronous: full`` (an fsync each) and jobs not marked short.
+Submission order is kept: while the thread has jobs in hand, new ones queue behind them.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,6 +35,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 Job = Callable[[sqlite3.Connection], Any]
 _MAX_BATCH = 256
+_LOOP_BATCH_MAX = 8
+"""More short jobs than this in one turn go to the thread together: at high concurrency the
+hop is paid once for many jobs, and the thread's SQLite work runs beside the loop's Python
+(bench.throughput at concurrency 16 and 64: the sidecar's CPU per message was ~25% higher
+with every batch on the loop)."""
 _CHECKPOINT_EVERY = 500
 """Loop commits between two passive WAL checkpoints on the thread (SQLite's own automatic
 checkpoint, at 1,000 pages, would run on the committing connection: the loop's)."""
@@ -119,7 +125,7 @@ class SqliteWorker:
         a job that met a lock (rolled back: its savepoint, or the whole transaction when
         ``BEGIN IMMEDIATE`` or ``COMMIT`` met it) goes to the thread instead."""
         batch, self._loop_batch = self._loop_batch, []
-        if not batch or self._loop_conn is None:
+        if not batch or self._loop_conn is None or len(batch) > _LOOP_BATCH_MAX:
             self._to_thread(batch)
             return
         commits = self.commits
