@@ -30,7 +30,7 @@ RUN case ",${EXTRAS}," in \
     esac; \
     spec="."; if [ -n "${EXTRAS}" ]; then spec=".[${EXTRAS}]"; fi; \
     /opt/venv/bin/pip install --no-cache-dir "${spec}" \
-    && /opt/venv/bin/pip uninstall --yes --quiet pip \
+    && /opt/venv/bin/pip uninstall --yes --quiet pip setuptools \
     && /opt/venv/bin/python -m compileall -q /opt/venv \
     && /opt/venv/bin/priority-pubsub --help > /dev/null
 

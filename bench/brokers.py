@@ -346,6 +346,40 @@ class RabbitBroker:
         self.server.stop()
 
 
+class ServiceBusBench:
+    """The test suite's Service Bus broker (AMQP 1.0 on python-qpid-proton, a dev
+    dependency) in a thread of this process; preloaded through the azure-servicebus SDK."""
+
+    name = "azure_servicebus"
+
+    def __init__(self, directory: Path) -> None:
+        from tests.support.servicebus.broker import ServiceBusBroker
+
+        self.broker = ServiceBusBroker().start()
+
+    def driver_config(self) -> dict[str, Any]:
+        return {"type": "azure_servicebus", "connection_string": self.broker.connection_string}
+
+    async def create(self, queues: Sequence[str]) -> None:
+        for queue in queues:
+            self.broker.create_queue(queue)
+
+    async def preload(self, queue: str, count: int,
+                      body: Callable[[int], bytes] = sample_body) -> None:
+        from azure.servicebus import ServiceBusMessage
+        from azure.servicebus.aio import ServiceBusClient
+
+        async with ServiceBusClient.from_connection_string(
+                self.broker.connection_string) as client, \
+                client.get_queue_sender(queue) as sender:
+            for start in range(0, count, 100):
+                await sender.send_messages([ServiceBusMessage(body(i)) for i in
+                                            range(start, min(count, start + 100))])
+
+    async def close(self) -> None:
+        self.broker.stop()
+
+
 def _listening(port: int) -> bool:
     import socket
 
@@ -357,7 +391,7 @@ def _listening(port: int) -> bool:
 def open_broker(name: str, directory: Path) -> Broker:
     brokers: dict[str, Callable[[Path], Broker]] = {
         "local": LocalBroker, "sqs": SqsBroker, "gcp_pubsub": GcpBroker, "redis": RedisBroker,
-        "rabbitmq": RabbitBroker,
+        "rabbitmq": RabbitBroker, "azure_servicebus": ServiceBusBench,
     }
     return brokers[name](directory)
 

@@ -11,6 +11,10 @@ reports the medians (median over rounds of each run's median):
 * ``run``: the job itself (its SQL, inside a transaction shared with the jobs queued with it);
 * ``back``: from the job's end until its future is done on the event loop.
 
+A short job that ran on the event loop itself (issue 28) has no hop: its ``wait`` is ~0 and
+its ``back`` only the loop's turn to run the done callback; ``on_loop_share`` is the share of
+claim and settle jobs that ran there.
+
 Also: claim jobs per delivered message, and jobs per transaction. Used to explain the
 sidecar's d/c below 1.0 at concurrency 4 (bench/RESULTS.md, issue #20).
 
@@ -54,6 +58,8 @@ class Hops:
         self.times: dict[str, dict[str, list[float]]] = {
             kind: {part: [] for part in PARTS} for kind in KINDS.values()}
         self.batches: list[int] = []
+        self.on_loop = 0
+        self.jobs = 0
 
 
 @contextlib.contextmanager
@@ -61,10 +67,10 @@ def timed_jobs(hops: Hops) -> Iterator[None]:
     """Wrap ``SqliteWorker.submit`` and ``_execute`` (class-wide, put back on exit)."""
     submit, execute = SqliteWorker.submit, SqliteWorker._execute
 
-    def timed_submit(self: SqliteWorker, job: Any, *, write: bool) -> Any:
+    def timed_submit(self: SqliteWorker, job: Any, *, write: bool, short: bool = False) -> Any:
         kind = KINDS.get(getattr(job, "__name__", ""))
         if kind is None:
-            return submit(self, job, write=write)
+            return submit(self, job, write=write, short=short)
         marks = {"submitted": time.perf_counter()}
 
         def marked(conn: Any) -> Any:
@@ -81,7 +87,9 @@ def timed_jobs(hops: Hops) -> Iterator[None]:
                 parts["run"].append(marks["ended"] - marks["started"])
                 parts["back"].append(time.perf_counter() - marks["ended"])
 
-        future = submit(self, marked, write=write)
+        future = submit(self, marked, write=write, short=short)
+        hops.jobs += 1
+        hops.on_loop += future.done()  # done at once: it ran on the event loop, no hop
         future.add_done_callback(done)
         return future
 
@@ -115,6 +123,7 @@ async def run_mode(mode: str, broker: LocalBroker, directory: Path, app: AppProc
         "rate": rate,
         "claims_per_msg": len(hops.times["claim"]["wait"]) / count,
         "jobs_per_txn": statistics.mean(hops.batches) if hops.batches else None,
+        "on_loop_share": hops.on_loop / hops.jobs if hops.jobs else None,
     }
     for kind, parts in hops.times.items():
         for part, values in parts.items():
@@ -153,7 +162,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     result = run_with_logs_aside(main_async(args))
-    keys = ["rate", "claims_per_msg", "jobs_per_txn",
+    keys = ["rate", "claims_per_msg", "jobs_per_txn", "on_loop_share",
             *(f"{kind}_{part}_us" for kind in KINDS.values() for part in PARTS)]
     rows = [[mode, *(values[key] for key in keys)] for mode, values in result["modes"].items()]
     emit("sqlite_hops", result, ["mode", *keys], rows)

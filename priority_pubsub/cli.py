@@ -6,6 +6,7 @@ Exit codes: 0 clean, 1 fatal error, 2 invalid config (one line naming the key pa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import json
@@ -23,6 +24,8 @@ from priority_pubsub.dapr.flags import DaprdFlags, parse_extra
 from priority_pubsub.settings.config import Settings, load_config
 
 if TYPE_CHECKING:
+    from priority_pubsub.app.channel.streams import StreamHub
+    from priority_pubsub.dapr.plan import DaprPlan
     from priority_pubsub.dapr.setup import Loaded
 
 T = TypeVar("T")
@@ -182,11 +185,9 @@ def run(
     async def serve() -> None:  # built inside: a driver may refuse its options (exit 2)
         if provision and loaded.plan is None:
             await _provision_at_start(settings)
-        from priority_pubsub.publish_api.server import serving, stream_hub
-
-        streams = stream_hub(settings, loaded.plan)  # no app to push to: apps may stream
+        streams, api = _publish_api(settings, loaded.plan)
         try:
-            async with serving(settings, loaded.plan, streams=streams):
+            async with api:
                 from priority_pubsub.dapr.runtime import report
 
                 report(loaded.plan, loaded.warnings)
@@ -205,6 +206,19 @@ def run(
             raise PriorityPubsubError(f"publish API: {exc}") from None
 
     _run_reporting(serve())
+
+
+def _publish_api(settings: Settings, plan: DaprPlan | None
+                 ) -> tuple[StreamHub | None, contextlib.AbstractAsyncContextManager[None]]:
+    """The publish API for the run (with the streaming subscriptions of a sidecar with no app
+    to push to), or nothing: its server, models and aiohttp routes are imported only when
+    ``publish_api`` is configured (a sidecar is paid for once per pod)."""
+    if settings.publish_api is None:
+        return None, contextlib.nullcontext()
+    from priority_pubsub.publish_api.server import serving, stream_hub
+
+    streams = stream_hub(settings, plan)  # no app to push to: apps may stream
+    return streams, serving(settings, plan, streams=streams)
 
 
 async def _provision_at_start(settings: Settings) -> None:

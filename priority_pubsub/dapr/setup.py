@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.flags import DaprdFlags
-from priority_pubsub.dapr.plan import DaprPlan
+from priority_pubsub.settings import source
 from priority_pubsub.settings.config import (
     CONFIG_ENV,
     Settings,
@@ -23,6 +23,9 @@ from priority_pubsub.settings.config import (
     validate_config,
 )
 from priority_pubsub.settings.dapr import DaprConfig
+
+if TYPE_CHECKING:
+    from priority_pubsub.dapr.plan import DaprPlan  # Dapr mode only: imported by _load_dapr
 
 
 @dataclass(frozen=True)
@@ -85,21 +88,10 @@ def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loa
     from_app = (app_subscriptions(app_url, dapr.app_id, dapr.subscribe_timeout_s)
                 if reach_app and push and dapr.programmatic_subscriptions else [])
     plan = build_plan(dapr, manifests, from_app, publisher_only=not push)
-    merged = deep_merge(plan.settings(), raw)
+    merged = source.merged(plan.settings(), raw)
     if merged["driver"].get("type") != plan.mapped.driver["type"]:
         raise ConfigError(f"driver.type: {merged['driver'].get('type')} does not serve "
                           f"{plan.component.type} (leave driver.type out in Dapr mode)")
     settings = validate_config(merged)
     os.environ.update(plan.mapped.environment)  # the component's credentials, for the SDK
     return Loaded(settings, plan, (*warnings, *plan.warnings))
-
-
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """``override`` wins key by key; nested mappings are merged, not replaced."""
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged

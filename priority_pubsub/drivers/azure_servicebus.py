@@ -70,7 +70,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import structlog
 from pydantic import Field, SecretStr, model_validator
 
 from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
@@ -82,6 +81,7 @@ from priority_pubsub.drivers.base import (
     map_errors,
     own_options,
 )
+from priority_pubsub.telemetry.logs import get_logger
 
 __all__ = ["ATTEMPTS_PROPERTY", "ENQUEUED_PROPERTY", "ServiceBusDriver", "ServiceBusOptions"]
 
@@ -93,7 +93,7 @@ _INTERNAL = {ATTEMPTS_PROPERTY, ENQUEUED_PROPERTY}
 DLQ_SUFFIX = "/$deadletterqueue"
 _REASON_CHARS = 4096
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class ServiceBusOptions(DriverOptions):

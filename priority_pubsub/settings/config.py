@@ -1,7 +1,7 @@
 """The one validated configuration model and its loader.
 
-YAML is read by dynaconf (so every key can be overridden from the environment as
-``PRIORITY_PUBSUB_<KEY>``, ``__`` for nesting) and validated by pydantic with
+YAML is read with every key overridable from the environment as ``PRIORITY_PUBSUB_<KEY>``,
+``__`` for nesting (``priority_pubsub.settings.source``), and validated by pydantic with
 ``extra="forbid"``. Any problem becomes one ``ConfigError`` line naming the key path; nothing
 is silently dropped or "fixed".
 """
@@ -31,6 +31,7 @@ from priority_pubsub.settings.driver import DriverContext, DriverOptions
 from priority_pubsub.settings.paths import anchor_relative_paths
 from priority_pubsub.settings.plugins import driver_options_model, instantiate_transform
 from priority_pubsub.settings.publish_api import PublishApiConfig
+from priority_pubsub.settings.source import environment_overrides, merged, read_yaml_mapping
 
 ENV_PREFIX = "PRIORITY_PUBSUB"
 CONFIG_ENV = f"{ENV_PREFIX}_CONFIG"
@@ -359,7 +360,7 @@ def resolve_config_path(path: str | Path | None) -> Path:
 def load_config(path: str | Path | None = None) -> Settings:
     """Read, override from the environment, validate. Raises ``ConfigError`` (one line)."""
     config_path = resolve_config_path(path)
-    raw = _read_with_dynaconf(config_path)
+    raw = _read_config_file(config_path)
     return validate_config(raw)
 
 
@@ -388,28 +389,18 @@ def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
     return f"{path or 'config'}: {message}{more}"
 
 
-def _read_with_dynaconf(config_path: Path) -> dict[str, Any]:
+def _read_config_file(config_path: Path) -> dict[str, Any]:
     if not config_path.is_file():
         raise ConfigError(f"config file not found: {config_path}")
     _refuse_dapr_manifest(config_path)
-    from dynaconf import Dynaconf  # imported here: a second or two off `--help`
-
-    try:
-        # Dynaconf's own options go in as keyword arguments only where they differ from its
-        # defaults: anything passed here would also show up in as_dict() as a "setting".
-        loaded = Dynaconf(settings_files=[str(config_path)], envvar_prefix=ENV_PREFIX)
-        data = loaded.as_dict()
-    except Exception as exc:  # dynaconf raises YAML/TOML parser errors of many types
-        detail = " ".join(str(exc).split())
-        raise ConfigError(f"{config_path}: cannot parse: {detail}") from None
-    data.pop("CONFIG", None)  # PRIORITY_PUBSUB_CONFIG names the file, it is not a key
-    settings = {str(key).lower(): _env_keys_lowered(value) for key, value in data.items()}
+    settings = merged(read_yaml_mapping(config_path),
+                      environment_overrides(ENV_PREFIX, skip=(CONFIG_ENV,)))
     _secrets_verbatim_from_env(settings)
     anchor_relative_paths(settings, config_path.parent.resolve(), ENV_PREFIX)  # beside the file
     return settings
 
 
-read_config_file = _read_with_dynaconf
+read_config_file = _read_config_file
 """The config file as a dict, environment overrides applied, not yet validated."""
 
 
@@ -422,8 +413,8 @@ def _refuse_dapr_manifest(config_path: Path) -> None:
         )
 
 
-# Secrets are text: dynaconf would parse a token of digits ("1234") as an int and "1e5" as a
-# float. Their environment values are taken verbatim instead.
+# Secrets are text: an environment value is parsed as TOML ("1234" an int, "1e5" a float);
+# secrets' environment values are taken verbatim instead.
 SECRET_KEYS = (
     ("app", "api_token"), ("driver", "connection_string"), ("driver", "url"),
     ("driver", "password"), ("publish_api", "api_token"),
@@ -435,21 +426,6 @@ def _secrets_verbatim_from_env(settings: dict[str, Any]) -> None:
         raw = os.environ.get(f"{ENV_PREFIX}_{section.upper()}__{key.upper()}")
         if raw is not None and isinstance(settings.get(section, {}), dict):
             settings.setdefault(section, {})[key] = raw
-
-
-def _env_keys_lowered(value: Any) -> Any:
-    """Environment variables arrive upper-case (``..._APP__URL`` gives ``URL``) where the key
-    is not already in the file; config keys are lower-case. Keys with any lower-case letter
-    come from YAML and are kept as written (queue names in maps are case-sensitive)."""
-    if isinstance(value, dict):
-        return {
-            (key.lower() if isinstance(key, str) and key.isupper() else key):
-                _env_keys_lowered(item)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [_env_keys_lowered(item) for item in value]
-    return value
 
 
 def _with_driver_options(settings: Settings) -> Settings:

@@ -4,9 +4,10 @@ The config file alone is not what the sidecar sees: the pod's environment overri
 (secrets arrive as ``PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING`` and
 ``PRIORITY_PUBSUB_APP__API_TOKEN``). So each test writes the ConfigMap's file, sets the
 sidecar container's environment (Secret references replaced by sample values) and runs the
-sidecar's own loader, ``load_config``: dynaconf, the Settings model and the chosen driver's
-options model, the same static checks ``priority-pubsub check`` starts with (``check`` then
-tries to reach the broker and the app, which a static test cannot).
+sidecar's own loader, ``load_config``: the YAML and environment reader, the Settings model
+and the chosen driver's options model, the same static checks ``priority-pubsub check``
+starts with (``check`` then tries to reach the broker and the app, which a static test
+cannot).
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def test_default_values_config_is_accepted(
 def test_a_numeric_secret_stays_a_string(
     helm: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Environment values go through dynaconf's type parsing; a token of digits is still text."""
+    """Environment values are parsed as TOML values; a token of digits is still text."""
     docs = helm.render([EXAMPLES_BY_NAME["azure_servicebus"]])
     pod = find(docs, "Deployment")[0]["spec"]["template"]["spec"]
     monkeypatch.setitem(SAMPLE_SECRETS, "PRIORITY_PUBSUB_APP__API_TOKEN", "1234567890")

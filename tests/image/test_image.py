@@ -96,13 +96,9 @@ def container(image: dict[str, str], tmp_path: Path, app: RecordingApp) -> Itera
     os.chown(data, UID, UID)
     port = free_port()
     name = f"pp-image-{port}"
-    hard = [resource.getrlimit(kind)[1] for kind in (resource.RLIMIT_NOFILE,
-                                                      resource.RLIMIT_NPROC)]
-    limit = min(4096, *(h for h in hard if h != resource.RLIM_INFINITY))
     _podman(
         "run", "-d", "--name", name, "--network", "host", "--read-only", "--tmpfs", "/tmp",
-        "-v", f"{data}:/data", "--ulimit", f"nofile={limit}:{limit}",
-        "--ulimit", f"nproc={limit}:{limit}",
+        "-v", f"{data}:/data", *_ulimits(),
         "-e", f"PRIORITY_PUBSUB_SERVER__PORT={port}",
         "-e", f"PRIORITY_PUBSUB_APP__URL={app.url}/tasks",
         "-e", f"PRIORITY_PUBSUB_SHUTDOWN__GRACE_S={GRACE_S}",
@@ -116,6 +112,15 @@ def container(image: dict[str, str], tmp_path: Path, app: RecordingApp) -> Itera
         logs = _podman("logs", name, check=False)
         _podman("rm", "-f", "-t", "0", name, check=False)
         print(logs.stdout[-3000:], logs.stderr[-3000:])
+
+
+def _ulimits() -> list[str]:
+    """Open files and processes limited at or below the host's hard limits (runc cannot raise
+    them without CAP_SYS_RESOURCE)."""
+    hard = [resource.getrlimit(kind)[1] for kind in (resource.RLIMIT_NOFILE,
+                                                      resource.RLIMIT_NPROC)]
+    limit = min(4096, *(h for h in hard if h != resource.RLIM_INFINITY))
+    return ["--ulimit", f"nofile={limit}:{limit}", "--ulimit", f"nproc={limit}:{limit}"]
 
 
 def _wait_ready(container: Container, timeout_s: float = 60) -> None:
@@ -147,11 +152,59 @@ def test_image_metadata_non_root_healthcheck_and_size(image: dict[str, str]) -> 
     assert "/healthz" in health[-1]
     size_mb = int(_run("podman", "image", "inspect", "--format", "{{.Size}}", TAG)
                   .stdout.strip()) / 1e6
+    layers = _layers(TAG)
+    packages = _largest_packages(TAG)
     REPORT.parent.mkdir(exist_ok=True)
     REPORT.write_text(json.dumps({"image": TAG, "base": image["BASE"],
-                                  "size_mb": round(size_mb, 1)}) + "\n")
+                                  "size_mb": round(size_mb, 1), "layers": layers,
+                                  "largest_packages_mb": packages}, indent=1) + "\n")
     print(f"image {TAG} on {image['BASE']}: {size_mb:.0f} MB")
     assert size_mb < MAX_SIZE_MB
+    # built and kept out: the installer, and what only the report job (spark) would run
+    assert not {"pip", "setuptools", "pyspark", "pyarrow", "dynaconf"} & set(packages)
+
+
+def _layers(tag: str) -> list[dict[str, Any]]:
+    """Each layer's size and the step that made it, base first (the image report)."""
+    lines = _run("podman", "history", "--no-trunc", "--format", "{{.Size}}\t{{.CreatedBy}}",
+                 tag).stdout.splitlines()
+    layers = []
+    for line in reversed(lines):
+        size, _, created_by = line.partition("\t")
+        layers.append({"size_mb": _megabytes(size), "created_by": created_by[:160]})
+    return layers
+
+
+_UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def _megabytes(shown: str) -> float:
+    """podman's sizes as it prints them ("128 MB", "0 B", "1.5 kB": decimal units, always
+    human-readable in this version) in MB."""
+    number, _, unit = shown.strip().partition(" ")
+    return round(float(number) * _UNITS[unit] / 1e6, 1)
+
+
+_SITE_PACKAGES_SIZES = """\
+import json, os, sysconfig
+site = sysconfig.get_paths()["purelib"]
+sizes = {}
+for entry in os.listdir(site):
+    name = entry.split("-")[0].split(".")[0].lower()
+    path = os.path.join(site, entry)
+    total = os.path.getsize(path) if os.path.isfile(path) else sum(
+        os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+    sizes[name] = sizes.get(name, 0) + total
+print(json.dumps(sizes))
+"""
+
+
+def _largest_packages(tag: str, count: int = 25) -> dict[str, float]:
+    """The image's site-packages by top-level name, largest first (MB, on disk)."""
+    found = json.loads(_podman("run", "--rm", *_ulimits(), "--entrypoint", "python", tag,
+                               "-c", _SITE_PACKAGES_SIZES).stdout)
+    ranked = sorted(found.items(), key=lambda item: -item[1])[:count]
+    return {name: round(size / 1e6, 1) for name, size in ranked}
 
 
 def test_container_runs_as_non_root_and_answers_health_probes(container: Container) -> None:

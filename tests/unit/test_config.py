@@ -107,3 +107,13 @@ def test_bad_environment_override_names_the_key(
                                                 (10_000, 30.0)])
 def test_backoff_doubles_up_to_the_cap(attempt: int, delay: float) -> None:
     assert RetryConfig(initial_delay_s=1, max_delay_s=30).delay_for(attempt) == delay
+
+
+def test_environment_values_are_toml_where_they_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PRIORITY_PUBSUB_APP__FATAL_CODES", "[400, 409]")
+    monkeypatch.setenv("PRIORITY_PUBSUB_SCHEDULING", "weighted")  # not TOML: kept as text
+    settings = load_config(write(tmp_path, MINIMAL))
+    assert settings.app.fatal_codes == (400, 409)
+    assert settings.scheduling == "weighted"

@@ -1,10 +1,23 @@
-"""One thread that owns a SQLite connection and runs queued jobs in batched transactions.
+"""One thread that owns a SQLite connection and runs queued jobs in batched transactions,
+and a second connection on which short jobs run on the event loop itself when that is cheaper.
 
-Why: a thread hop per statement (``run_in_executor``) cuts SQLite throughput by ~3.5x here,
-and every commit in WAL mode costs a sync. Jobs submitted while the thread is busy are run
-together in one ``BEGIN IMMEDIATE`` transaction (each inside its own savepoint, so one
-failing job does not undo its neighbours) and their results are handed back to the event
-loop in a single ``call_soon_threadsafe``.
+Why the thread: a thread hop per statement (``run_in_executor``) cuts SQLite throughput by
+~3.5x here, and every commit in WAL mode costs a sync. Jobs submitted while the thread is busy
+are run together in one ``BEGIN IMMEDIATE`` transaction (each inside its own savepoint, so one
+failing job does not undo its neighbours) and their results are handed back to the event loop
+in a single ``call_soon_threadsafe``.
+
+Why the loop: even batched, each job waited ~390 us for the GIL on the hop against 25-50 us of
+SQLite work (bench/sqlite_hops.py, issue 28). *Short* jobs (a few rows by index) therefore
+run on the loop's own connection, those submitted in one turn of the loop together in one
+transaction right after it (a commit per job cost more than the hop at concurrency 64); more
+than ``_LOOP_BATCH_MAX`` of them go to the thread together. They never wait on the loop: its
+busy timeout is 0, so a write lock held elsewhere (another process, or this worker's thread)
+answers SQLITE_BUSY at once and the jobs go to the thread, which waits with the configured
+``busy_timeout``. What could block stays on the thread: lock waits, checkpoints (the loop's
+connection never checkpoints; the thread checkpoints the WAL every ``_CHECKPOINT_EVERY`` loop
+commits), every commit under ``synchronous: full`` (an fsync each) and jobs not marked short.
+Submission order is kept: while the thread has jobs in hand, new ones queue behind them.
 """
 
 from __future__ import annotations
@@ -22,6 +35,14 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 Job = Callable[[sqlite3.Connection], Any]
 _MAX_BATCH = 256
+_LOOP_BATCH_MAX = 8
+"""More short jobs than this in one turn go to the thread together: at high concurrency the
+hop is paid once for many jobs, and the thread's SQLite work runs beside the loop's Python
+(bench.throughput at concurrency 16 and 64: the sidecar's CPU per message was ~25% higher
+with every batch on the loop)."""
+_CHECKPOINT_EVERY = 500
+"""Loop commits between two passive WAL checkpoints on the thread (SQLite's own automatic
+checkpoint, at 1,000 pages, would run on the committing connection: the loop's)."""
 
 
 @dataclass(slots=True)
@@ -43,7 +64,13 @@ class SqliteWorker:
         self._ready = threading.Event()
         self._open_error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_conn: sqlite3.Connection | None = None
+        self._loop_writes = synchronous.upper() != "FULL"  # an fsync per commit: thread only
+        self._queued = 0
+        self._loop_batch: list[_Request] = []
+        self._since_checkpoint = 0
         self.commits = 0
+        self.loop_jobs = 0
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Open the connection on a new thread; may be called again after it failed (the
@@ -57,21 +84,69 @@ class SqliteWorker:
         if self._open_error is not None:
             raise self._open_error
 
-    def submit(self, job: Job, *, write: bool) -> asyncio.Future[Any]:
+    def submit(self, job: Job, *, write: bool, short: bool = False) -> asyncio.Future[Any]:
+        """The job's result as a future. ``short``: a few rows by index, worth running on the
+        loop: with the short jobs submitted in the same turn of the loop, in one transaction,
+        right after it (unless the file is locked or the thread has jobs in hand)."""
         assert self._loop is not None, "start() first"
-        future: asyncio.Future[Any] = self._loop.create_future()
-        self._requests.put(_Request(job, write, future))
-        return future
+        request = _Request(job, write, self._loop.create_future())
+        if (short and self._queued == 0 and self._loop_conn is not None
+                and (self._loop_writes or not write)):
+            self._loop_batch.append(request)
+            if len(self._loop_batch) == 1:
+                self._loop.call_soon(self._run_loop_batch)
+        else:
+            self._run_loop_batch()  # what came first runs first: submission order is kept
+            self._to_thread([request])
+        return request.future
 
-    async def call(self, job: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        result: T = await self.submit(job, write=write)
+    async def call(self, job: Callable[[sqlite3.Connection], T], *, write: bool,
+                   short: bool = False) -> T:
+        result: T = await self.submit(job, write=write, short=short)
         return result
 
     def stop(self) -> None:
+        self._run_loop_batch()
         if self._thread is not None:
             self._requests.put(None)
             self._thread.join(timeout=10)
             self._thread = None
+        if self._loop_conn is not None:
+            self._loop_conn.close()
+            self._loop_conn = None
+
+    def _to_thread(self, requests: list[_Request]) -> None:
+        self._queued += len(requests)
+        for request in requests:
+            self._requests.put(request)
+
+    def _run_loop_batch(self) -> None:
+        """Run the pending short jobs on the loop's connection, as the thread runs a batch;
+        a job that met a lock (rolled back: its savepoint, or the whole transaction when
+        ``BEGIN IMMEDIATE`` or ``COMMIT`` met it) goes to the thread instead."""
+        batch, self._loop_batch = self._loop_batch, []
+        if not batch or self._loop_conn is None or len(batch) > _LOOP_BATCH_MAX:
+            self._to_thread(batch)
+            return
+        commits = self.commits
+        locked = []
+        for request, value, error in self._execute(self._loop_conn, batch):
+            if error is not None and _locked(error):
+                locked.append(request)
+            else:
+                _settle(request.future, value, error)
+        self.loop_jobs += len(batch) - len(locked)
+        self._to_thread(locked)
+        if self.commits > commits:
+            self._count_loop_commit()
+
+    def _count_loop_commit(self) -> None:
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= _CHECKPOINT_EVERY:
+            self._since_checkpoint = 0
+            # queued as any job: the loop's writes wait behind it, so it can backfill the
+            # whole WAL, which the next write then starts over (no writer may interleave)
+            self.submit(_checkpoint, write=False).add_done_callback(_ignore_outcome)
 
     def _connect(self) -> sqlite3.Connection:
         self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,6 +159,14 @@ class SqliteWorker:
         conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
         return conn
 
+    def _connect_for_the_loop(self) -> sqlite3.Connection:
+        """The loop's connection: never waits for a lock, never checkpoints."""
+        conn = sqlite3.connect(self._path, timeout=0, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        return conn
+
     def _run(self) -> None:
         try:
             conn = self._connect()
@@ -91,6 +174,10 @@ class SqliteWorker:
             self._open_error = exc
             self._ready.set()
             return
+        try:  # opened after WAL mode is set (by the thread's connection, for the file)
+            self._loop_conn = self._connect_for_the_loop()
+        except sqlite3.Error:
+            self._loop_conn = None  # every job on the thread, as before
         self._ready.set()
         try:
             while True:
@@ -152,14 +239,37 @@ class SqliteWorker:
         assert self._loop is not None
         # The loop may be closed during shutdown: nobody is waiting any more then.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(_settle_futures, results)
+            self._loop.call_soon_threadsafe(self._settle_futures, results)
+
+    def _settle_futures(self, results: list[tuple[_Request, Any, BaseException | None]]
+                        ) -> None:
+        for request, value, error in results:
+            self._queued -= 1
+            _settle(request.future, value, error)
 
 
-def _settle_futures(results: list[tuple[_Request, Any, BaseException | None]]) -> None:
-    for request, value, error in results:
-        if request.future.done():
-            continue
-        if error is not None:
-            request.future.set_exception(error)
-        else:
-            request.future.set_result(value)
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _locked(exc: BaseException) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED (extended codes included): another connection holds
+    the lock the job needs."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and code is not None and (
+        code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
+
+
+def _checkpoint(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
+def _ignore_outcome(future: asyncio.Future[Any]) -> None:
+    """A checkpoint that failed (e.g. busy) is retried by the next one: nothing to report."""
+    if not future.cancelled():
+        future.exception()

@@ -68,7 +68,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-import structlog
 from pydantic import Field, ValidationInfo, model_validator
 
 from priority_pubsub.core.errors import DriverError, LeaseLost, MessageTooLarge
@@ -96,6 +95,7 @@ from priority_pubsub.drivers.sqs.api import (
     whole_seconds,
 )
 from priority_pubsub.drivers.sqs.sns import dapr_cloudevent, publish_via_sns
+from priority_pubsub.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
     from types_boto3_sqs.type_defs import (
@@ -123,7 +123,7 @@ _UNANSWERED_POLL_S = 1.0  # a long poll unanswered this long: nothing was visibl
 and nobody can have received the message yet unless a consumer polled in that very second."""
 _VISIBILITY_MARGIN_S = 2  # stay clear of the 12 h total so SQS never refuses an extension
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 T = TypeVar("T")
 
 
