@@ -10,7 +10,10 @@ A third mode, ``polls``, fetches the same fragment every second from as many pla
 clients: on a small shared machine the browser's own CPU competes with the sidecar, and this
 mode shows what the sidecar itself pays. The order of the modes rotates every round; the
 medians of the rounds and the median of the per-round ratios are reported (target: pages /
-none >= 0.95), with the sidecar's own CPU per message (steadier on a busy machine).
+none >= 0.95), with the sidecar's own CPU per message, and the share of one core the sidecar
+spends while the pages only watch (queue paused, ``--watch-s``): that cost is what the pages
+can take from a sidecar whose delivery is bound by its one core, and CPU time is counted per
+process, so it holds on a busy shared machine where the rates swing.
 
     python -m bench.monitor --messages 15000 --rounds 3
 """
@@ -64,9 +67,11 @@ def poll_every_second(sidecar: CliSidecar, stop: threading.Event) -> None:
 
 
 def one_run(mode: str, directory: Path, app: AppProcess, browser: Browser, count: int,
-            pages: int, concurrency: int, timeout_s: float) -> tuple[float, float]:
-    """Messages per second for one mode, and the sidecar's CPU µs per message (steadier
-    than the rate when other work shares the machine)."""
+            pages: int, concurrency: int, timeout_s: float,
+            watch_s: float) -> tuple[float, float, float]:
+    """Messages per second for one mode, the sidecar's CPU µs per message (steadier than the
+    rate when other work shares the machine), and the share of one core the sidecar used
+    over ``watch_s`` with the queue paused and the pages open (what watching alone costs)."""
     broker = LocalBroker(directory)
     config = raw_config(directory, broker.driver_config(), [QUEUE], app_url=app.url,
                         concurrency=concurrency)
@@ -89,6 +94,9 @@ def one_run(mode: str, directory: Path, app: AppProcess, browser: Browser, count
             for _ in range(pages):
                 threading.Thread(target=poll_every_second, args=(sidecar, stop_polls),
                                  daemon=True).start()
+        watched_cpu = proc_cpu_s(sidecar.pid)
+        time.sleep(watch_s)
+        watch_share = (proc_cpu_s(sidecar.pid) - watched_cpu) / watch_s
         started, cpu_started = time.perf_counter(), proc_cpu_s(sidecar.pid)
         post(sidecar, f"/api/v1/queues/{QUEUE}/resume")
         deadline = started + timeout_s
@@ -99,7 +107,7 @@ def one_run(mode: str, directory: Path, app: AppProcess, browser: Browser, count
         rate = count / (time.perf_counter() - started)
         cpu_us = (proc_cpu_s(sidecar.pid) - cpu_started) * 1e6 / count
         stop_polls.set()
-        return rate, cpu_us
+        return rate, cpu_us, watch_share
     finally:
         if tabs:
             tabs[0].context.close()
@@ -107,11 +115,12 @@ def one_run(mode: str, directory: Path, app: AppProcess, browser: Browser, count
 
 
 def bench(count: int, rounds: int, pages: int, concurrency: int,
-          timeout_s: float) -> dict[str, Any]:
+          timeout_s: float, watch_s: float) -> dict[str, Any]:
     from tests.support.browser import launched_chromium
 
     rates: dict[str, list[float | None]] = {m: [] for m in MODES}
     cpu: dict[str, list[float | None]] = {m: [] for m in MODES}
+    watch: dict[str, list[float | None]] = {m: [] for m in MODES}
     with temp_dir("monitor") as directory, AppProcess() as app, launched_chromium() as browser:
         for round_no in range(rounds):
             shift = round_no % len(MODES)
@@ -119,12 +128,13 @@ def bench(count: int, rounds: int, pages: int, concurrency: int,
             for mode in order:
                 run_dir = directory / f"r{round_no}-{mode}"
                 run_dir.mkdir()
-                rate, cpu_us = one_run(mode, run_dir, app, browser, count, pages,
-                                       concurrency, timeout_s)
+                rate, cpu_us, share = one_run(mode, run_dir, app, browser, count, pages,
+                                              concurrency, timeout_s, watch_s)
                 rates[mode].append(rate)
                 cpu[mode].append(cpu_us)
+                watch[mode].append(share * 100)
                 log(f"round {round_no} {mode}: {rate:.0f} msg/s, sidecar {cpu_us:.0f} CPU "
-                    "us/msg")
+                    f"us/msg; watching alone: {share:.2%} of a core")
     return {
         "messages": count, "rounds": rounds, "pages": pages, "concurrency": concurrency,
         "statistic": "median",
@@ -137,6 +147,11 @@ def bench(count: int, rounds: int, pages: int, concurrency: int,
         **{f"{m}_cpu_us_per_msg": rounded(median_of(cpu[m])) for m in MODES},
         "cpu_none_over_pages": median_ratio(cpu["none"], cpu["pages"]),
         "rounds_cpu_us_per_msg": {m: [rounded(v) for v in cpu[m]] for m in MODES},
+        **{f"{m}_watch_cpu_pct": rounded(median_of(watch[m]), 2) for m in MODES},
+        "pages_watch_cost_pct_of_core": rounded(
+            median_of([p - n for p, n in zip(watch["pages"], watch["none"], strict=True)
+                       if p is not None and n is not None]), 2),
+        "rounds_watch_cpu_pct": {m: [rounded(v, 2) for v in watch[m]] for m in MODES},
     }
 
 
@@ -148,8 +163,11 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--timeout-s", type=float, default=300)
+    parser.add_argument("--watch-s", type=float, default=10,
+                        help="seconds of watching alone (queue paused) measured per run")
     args = parser.parse_args()
-    result = bench(args.messages, args.rounds, args.pages, args.concurrency, args.timeout_s)
+    result = bench(args.messages, args.rounds, args.pages, args.concurrency, args.timeout_s,
+                   args.watch_s)
     emit("monitor", result, ["pages", "msgs/s none", "msgs/s Chromium pages", "pages/none",
                              "msgs/s HTTP polls", "polls/none", "CPU us/msg none / pages"],
          [[args.pages, result["none_msgs_s"], result["pages_msgs_s"], result["pages_over_none"],

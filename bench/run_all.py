@@ -292,6 +292,9 @@ def monitor_targets(result: dict[str, Any]) -> Rows:
          _ok(result["polls_over_none"], 0.95)],
         [f"{pages} pages: sidecar CPU per message, none/pages >= 0.95",
          result.get("cpu_none_over_pages"), _ok(result.get("cpu_none_over_pages"), 0.95)],
+        [f"{pages} pages only watching (queue paused): the sidecar's added CPU <= 5 % of a core",
+         result.get("pages_watch_cost_pct_of_core"),
+         _ok(5.0, result.get("pages_watch_cost_pct_of_core"))],
     ]
 
 
