@@ -70,7 +70,7 @@ async def snapshot(src: MonitorSources, selected: DeadLetterFilter) -> dict[str,
     queues = [_queue_row(src, name, priority, rates[name], wall_ms)
               | {"since_start": now.counts[name]}
               for priority, name in enumerate(src.settings.queue_names)]
-    _flag_starvation(queues)
+    flag_starvation(queues)
     listing = await src.dead_letters.listing(selected, SHOWN_DEAD_LETTERS)
     return {
         "v": API_VERSION,
@@ -134,7 +134,7 @@ def _queue_row(src: MonitorSources, name: str, priority: int, per_minute: dict[s
     }
 
 
-def _flag_starvation(queues: list[dict[str, Any]]) -> None:
+def flag_starvation(queues: list[dict[str, Any]]) -> None:
     """A queue is starved when it waits (the broker shows a backlog), is not paused, took
     nothing in the last minute, and a higher queue did: None where the broker cannot tell."""
     served_above = False
