@@ -78,7 +78,7 @@ def _overview(doc: dict[str, Any], writable: bool) -> str:
                          f'{_e(workers["concurrency"])} (now allowed '
                          f'{_e(workers["effective_concurrency"])}; held, settles included: '
                          f'{_e(workers["in_flight"])})'),
-        ("reserve plan", "not available yet" if view["reserve"] is None else _e(view["reserve"])),
+        ("reserve plan", _reserve_plan(view["reserve"])),
         ("oldest in flight", _e(duration(view["oldest_in_flight_s"]))),
         ("driver", "connected" if view["driver_connected"] else
                    '<span class="state down">not connected</span>'),
@@ -90,6 +90,21 @@ def _overview(doc: dict[str, Any], writable: bool) -> str:
         actions = (_button("drain-end", "end drain") if drain is not None
                    else _button("drain", "drain (stop taking from all queues)"))
     return f'<section id="overview"><h2>This replica</h2><table>{rows}</table>{actions}</section>'
+
+
+def _reserve_plan(plan: list[dict[str, Any]] | None) -> str:
+    if plan is None:
+        return '<span class="muted">none (no queue has reserve or max_concurrency)</span>'
+    parts = []
+    for entry in plan:
+        limits = []
+        if entry["reserve"]:
+            limits.append(f"{entry['reserve']} reserved")
+        if entry["max_concurrency"] is not None:
+            limits.append(f"at most {entry['max_concurrency']}")
+        parts.append(f"{_e(entry['queue'])}: {_e(entry['in_flight'])} in flight"
+                     + (f" ({_e(', '.join(limits))})" if limits else ""))
+    return "<br>".join(parts)
 
 
 def _spark(values: list[float]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -103,13 +104,23 @@ def _overview(src: MonitorSources, held: list[Message], wall_ms: int) -> dict[st
         "workers": {"busy": src.receiver.at_app, "in_flight": len(held),
                     "concurrency": src.settings.concurrency,
                     "effective_concurrency": gate.limiter.limit},
-        "reserve": None,  # the reserve plan (issue 25) goes here once it exists
+        "reserve": _reserve_plan(src.settings, held),
         "oldest_in_flight_s": (round((wall_ms - min(m.received_ms for m in held)) / 1000, 1)
                                if held else None),
         "driver_connected": src.connected(),
         "drain": None if drain is None else {
             **_hold(drain), "state": drain_state(src.control, len(held))},
     }
+
+
+def _reserve_plan(settings: Settings, held: list[Message]) -> list[dict[str, Any]] | None:
+    """Per queue with a ``reserve`` or ``max_concurrency`` (README "Long tasks"): those
+    settings and its messages in flight now; None when no queue has either."""
+    if not any(q.reserve or q.max_concurrency is not None for q in settings.queues):
+        return None
+    busy = Counter(m.queue for m in held)
+    return [{"queue": q.name, "reserve": q.reserve, "max_concurrency": q.max_concurrency,
+             "in_flight": busy[q.name]} for q in settings.queues]
 
 
 def _queue_row(src: MonitorSources, name: str, priority: int, per_minute: dict[str, float],

@@ -200,9 +200,16 @@ def test_drain_ends_with_nothing_in_flight(start: Any, app: RecordingApp, page: 
 
 
 def test_read_only_shows_no_buttons_and_a_post_gets_405(start: Any, page: Page) -> None:
-    running = start({})
+    running = start({}, queues=[{"name": "high", "reserve": 1}, {"name": "normal"},
+                                {"name": "low", "max_concurrency": 1}])
     page.goto(f"{running.url}/monitor")
     page.wait_for_selector("#queues")
+    plan = page.inner_text("#overview tr:has(th:text('reserve plan')) td")
+    assert plan.splitlines() == ["high: 0 in flight (1 reserved)", "normal: 0 in flight",
+                                 "low: 0 in flight (at most 1)"]
+    assert [(p["queue"], p["reserve"], p["max_concurrency"])
+            for p in running.state()["overview"]["reserve"]] == [
+        ("high", 1, None), ("normal", 0, None), ("low", 0, 1)]
     assert page.locator("button.act").count() == 0
     assert page.locator("#token-form").count() == 0
     status = page.evaluate("fetch('/api/v1/drain', {method: 'POST'}).then(r => r.status)")
