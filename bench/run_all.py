@@ -72,6 +72,7 @@ def plan(big: bool, cloud: bool, quick: bool = False) -> list[tuple[str, list[st
                      *(["--lines", "200"] if quick else [])]),
         ("publish_api", ["--messages", size(2000, 4000, 100), "--concurrency", "16",
                          "--rounds", ROUNDS]),
+        ("monitor", ["--messages", size(15000, 30000, 300), "--rounds", ROUNDS]),
         ("bench_report", ["--sizes", "20000" if quick else "1000000,10000000"]),
         ("long_tasks", ["--rounds", "1" if quick else ROUNDS,
                         *(["--high", "2", "--steady-s", "10", "--throughput-messages", "6",
@@ -347,7 +348,25 @@ def footprint_targets(result: dict[str, Any]) -> Rows:
     return rows
 
 
-TARGETS = {"throughput": throughput_targets, "latency": latency_targets,
+def monitor_targets(result: dict[str, Any]) -> Rows:
+    pages, n = result["pages"], result["rounds"]
+    return [
+        [f"{pages} monitor pages (Chromium) refreshing every second: throughput pages/none "
+         f">= 0.95 (median of {n} rounds)", result["pages_over_none"],
+         _ok(result["pages_over_none"], 0.95)],
+        [f"{pages} HTTP clients fetching the page's fragment every second: polls/none >= "
+         f"0.95 (the sidecar's share, without the browser's CPU)", result["polls_over_none"],
+         _ok(result["polls_over_none"], 0.95)],
+        [f"{pages} pages: sidecar CPU per message, none/pages >= 0.95",
+         result.get("cpu_none_over_pages"), _ok(result.get("cpu_none_over_pages"), 0.95)],
+        [f"{pages} pages only watching (queue paused): the sidecar's added CPU <= 5 % of a core",
+         result.get("pages_watch_cost_pct_of_core"),
+         _ok(5.0, result.get("pages_watch_cost_pct_of_core"))],
+    ]
+
+
+TARGETS = {"throughput": throughput_targets, "monitor": monitor_targets,
+           "latency": latency_targets,
            "priority": priority_targets, "calls": calls_targets, "idle": idle_targets,
            "bench_report": report_targets, "long_tasks": long_tasks_targets,
            "footprint": footprint_targets}

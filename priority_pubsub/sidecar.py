@@ -15,6 +15,7 @@ import contextlib
 import gc
 import random
 import signal
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -25,12 +26,15 @@ from priority_pubsub.app.gate import NO_APP, AppGate
 from priority_pubsub.app.request import Delivery
 from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import DriverError
+from priority_pubsub.delivery.control import QueueControl
 from priority_pubsub.delivery.dispatcher import Dispatcher
 from priority_pubsub.delivery.receiver import Receiver
 from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.delivery.worker import Worker
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
 from priority_pubsub.drivers.registry import build_driver
+from priority_pubsub.monitor.build import build_monitor
+from priority_pubsub.monitor.state import DepthReading, drain_state
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.telemetry.journal import JournalWriter
 from priority_pubsub.telemetry.live_capacity import LiveCapacity
@@ -88,8 +92,9 @@ class Sidecar:
         )
         self._export_workers_needed()
         settler = Settler(settings, self.driver, self.observer)
+        self.control = QueueControl(settings.queue_names, self.metrics)
         self.dispatcher = Dispatcher(settings, self.driver, self.observer, settler, rng,
-                                     consumers=streams)
+                                     consumers=streams, control=self.control)
         self.tracer = build_tracer(settings)
         self.gate = AppGate(settings, self.metrics,
                             probe=NO_APP if streams is not None else None)
@@ -98,13 +103,22 @@ class Sidecar:
         self.receiver = Receiver(settings, self.dispatcher, worker, self.observer,
                                  capacity=self.gate.capacity)
         self.gate.attach(self.receiver)  # paused until the app is reachable (the start gate)
+        self.control.on_change(self.receiver.retake)
         # read at scrape time: two gauge updates (each taking a lock) per message were a cost
         self.metrics.in_flight.set_function(lambda: float(self.receiver.in_flight))
         self.watchdog = LoopWatchdog(settings.server.stall_after_s,
                                      on_stall=self.metrics.loop_stalls.inc)
+        self.depths: dict[str, DepthReading] = {}
+        """What the depth refresher last read per queue (the monitor shows it)."""
+        self.monitor = build_monitor(
+            settings, driver=self.driver, metrics=self.metrics, gate=self.gate,
+            receiver=self.receiver, control=self.control, observer=self.observer,
+            depths=self.depths, connected=lambda: self.connected,
+        ) if settings.monitor.enabled else None
         self.server = OpsServer(
             settings.server, stalled=lambda: self.watchdog.stalled,
             readiness_problem=self.readiness_problem, render_metrics=self.metrics.render,
+            more_routes=self.monitor.add_routes if self.monitor else None,
         )
         self.connected = False
         self.draining = False
@@ -117,10 +131,13 @@ class Sidecar:
             Part("tracer", _nothing, self.tracer.close),
             *([Part("journal", self._start_journal, self.journal.close)] if self.journal else []),
             Part("depth refresher", self._start_depth, self._stop_depth),
+            *([Part("monitor history", self._start_history, self._stop_history)]
+              if self.monitor else []),
             Part("app probe", self._start_probe, self._stop_probe),
             Part("receiver", self.receiver.start, self.receiver.stop),
         ]
         self._depth: asyncio.Task[None] | None = None
+        self._history: asyncio.Task[None] | None = None
         self._probe: asyncio.Task[None] | None = None
 
     @property
@@ -131,6 +148,8 @@ class Sidecar:
         """Why the sidecar should not get traffic now, or None when it is ready."""
         if self.draining:
             return "draining"
+        if (drain := drain_state(self.control, self.in_flight)) is not None:
+            return f"{drain} by an operator ({self.in_flight} in flight)"
         if not self.connected:
             return "driver not connected"
         if not self.gate.health.up:
@@ -229,6 +248,17 @@ class Sidecar:
             if queue.wait_slo_s is not None:
                 self.metrics.workers_needed.labels(queue.name).set_function(reader(index))
 
+    async def _start_history(self) -> None:
+        assert self.monitor is not None
+        history = self.monitor.sources.history
+        self._history = asyncio.create_task(_every(history.interval_s, history.sample),
+                                            name="monitor-history")
+
+    async def _stop_history(self) -> None:
+        if self._history is not None:
+            self._history.cancel()
+            await asyncio.gather(self._history, return_exceptions=True)
+
     async def _start_probe(self) -> None:
         self._probe = asyncio.create_task(self.gate.run(), name="app-probe")
 
@@ -251,7 +281,14 @@ class Sidecar:
                     self.capacity.depth_seen(index, depth.visible)
                 if depth.oldest_age_s is not None:
                     self.metrics.oldest_wait_seconds.labels(name).set(depth.oldest_age_s)
+                self.depths[name] = DepthReading(depth, time.monotonic())
             await asyncio.sleep(self.settings.server.depth_interval_s)
+
+
+async def _every(interval_s: float, job: Callable[[], None]) -> None:
+    while True:
+        job()
+        await asyncio.sleep(interval_s)
 
 
 def _freeze_startup_objects() -> None:

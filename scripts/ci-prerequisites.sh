@@ -25,7 +25,7 @@ apt_install() {
     missing "$1 is needed for $3 (apt-get install $2)"
   fi
 }
-apt_install chromium chromium "the report screenshot test"
+apt_install chromium chromium "the report screenshot test and the monitor's browser tests (Playwright drives it)"
 apt_install promtool prometheus "the alert rule tests (promtool)"
 # The image step (make image-test): build with buildah, run with podman on runc, and the
 # Debian base made with debootstrap where no registry is reachable.

@@ -10,6 +10,7 @@ pytest.register_assert_rewrite("tests.drivers.conformance", "tests.e2e.scenarios
 
 # Session fixtures for real servers, shared by driver and end-to-end tests (one each per run).
 pytest_plugins = [
+    "tests.support.browser",
     "tests.support.pubsub_emulator",
     "tests.support.moto_server",
     "tests.support.rabbitmq_server",

@@ -10,7 +10,6 @@ text the template shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -26,6 +25,7 @@ from priority_pubsub.analytics.svg import (
     priority_colour,
     stacked_bars,
 )
+from priority_pubsub.core.human import duration, when
 
 Row = dict[str, Any]
 Cells = list[tuple[str, ...]]
@@ -60,25 +60,6 @@ class PageData:
     reasons: list[Row] = field(default_factory=list)
     attempts: list[Row] = field(default_factory=list)
     tables: dict[str, str] = field(default_factory=dict)
-
-
-def duration(seconds: float | None) -> str:
-    """1.2 s, 850 ms, 4.5 min, 2.0 h: a duration a person reads at a glance."""
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def when(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def render(data: PageData) -> str:

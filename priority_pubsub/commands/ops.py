@@ -12,9 +12,8 @@ from typing import Any
 
 from priority_pubsub.app.health import build_probe
 from priority_pubsub.core.errors import ConfigError, DriverError
+from priority_pubsub.delivery.requeue import requeue_one
 from priority_pubsub.drivers.base import (
-    DEAD_LETTER_ATTRIBUTES,
-    REQUEUED_FROM,
     DepthReporter,
     Driver,
     Pinger,
@@ -170,10 +169,7 @@ async def requeue_messages(
             if not batch:
                 break
             for message in batch:
-                attributes = {k: v for k, v in message.attributes.items()
-                              if k not in DEAD_LETTER_ATTRIBUTES}
-                attributes[REQUEUED_FROM] = from_queue
-                await driver.publish(to_queue, message.body, attributes, message.content_type)
-                await driver.ack(message)
+                await requeue_one(driver, message, from_queue, to_queue)
                 moved += 1
     return moved
+

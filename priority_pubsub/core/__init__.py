@@ -1,6 +1,7 @@
 """The bottom layer: the vocabulary every other module shares.
 
-Errors, the message and its lease, outcomes, the request sent to the app, backoff, JSON
-text helpers and secret redaction. May import nothing of the project outside ``core``, so
+Errors, the message and its lease (and a dead letter as an operator sees it), outcomes, the
+request sent to the app, backoff, JSON text helpers, secret redaction and durations and
+instants as a person reads them (``human``). May import nothing of the project outside ``core``, so
 any module may import it.
 """

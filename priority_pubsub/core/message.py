@@ -82,3 +82,18 @@ class Message:
     promoted_after_s: float | None = None
     """Set when the starvation bound (``queues[].max_wait_s``) took this message ahead of
     higher queues: how long its queue had gone untried. Journaled as ``promoted_after_s``."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One dead letter as an operator sees it: never its body."""
+
+    id: str
+    source: str | None
+    """The queue it came from (``DEAD_LETTER_SOURCE``), when recorded."""
+    reason: str | None
+    attempts: int | None
+    first_seen_ms: int | None
+    """When it was first enqueued (epoch ms), when the broker keeps it."""
+    last_seen_ms: int | None
+    """When it was dead-lettered (epoch ms), when known."""

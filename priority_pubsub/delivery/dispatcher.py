@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.core.message import Message
+from priority_pubsub.delivery.control import QueueControl
 from priority_pubsub.delivery.scheduler import (
     QueueLimits,
     allowances,
@@ -71,6 +72,7 @@ class Dispatcher:
         idle_wait_s: float = IDLE_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
         consumers: Consumers | None = None,
+        control: QueueControl | None = None,
     ) -> None:
         self._settings = settings
         self._driver = driver
@@ -96,6 +98,8 @@ class Dispatcher:
         received ones included (what ``allowances`` is asked about)."""
         self._busy_at_start: tuple[int, ...] = tuple(self._busy)
         """``_busy`` as the take found it: what a wake-up's choice counts from."""
+        self.control = control or QueueControl(self._names)
+        """The operator's pauses and drain: queues it closes are left alone too."""
         self._in_hand: list[Message] = []
         """What the take under way has received and not yet returned or handed back."""
         self.healthy = True
@@ -150,12 +154,18 @@ class Dispatcher:
         return allowed
 
     def _idle(self) -> frozenset[int]:
+        """Queues not to take from now: those the operator closed (paused, draining) and,
+        with streamed topics, those without a stream."""
+        closed = self.control.closed
         if self._consumers is None:
-            return frozenset()
+            return closed
         idle = self._consumers.idle()
-        return frozenset(i for i, name in enumerate(self._names) if name in idle)
+        return closed | frozenset(i for i, name in enumerate(self._names) if name in idle)
 
     async def _take(self, free: int, slot_freed: asyncio.Event | None) -> list[Message]:
+        if len(self.control.closed) == len(self._names):  # all paused or draining: until that
+            await self.control.wait_for_change()          # changes (the receiver takes again)
+            return []
         promoted = await self._promote()
         if promoted or not self._quiet:
             messages = promoted + await self._sweep(frozenset())

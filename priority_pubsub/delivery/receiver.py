@@ -34,6 +34,7 @@ from priority_pubsub.telemetry.observer import DeliveryObserver
 log = get_logger("priority_pubsub.sidecar")
 PAUSED_REASON = "receiver paused: returned unseen"
 STOPPING_REASON = "sidecar shutting down: returned unseen"
+RETAKE_REASON = "queues paused or resumed by an operator: returned unseen"
 
 
 class AppSlot:
@@ -69,7 +70,8 @@ class Receiver:
         self._dispatcher = dispatcher
         self._worker = worker
         self._observer = observer
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], Message] = {}
+        """Each worker task and its message (the monitor lists them)."""
         self._at_app = 0
         """Messages the app has or is about to get (slots not yet freed): what
         ``capacity`` counts."""
@@ -93,6 +95,10 @@ class Receiver:
     def in_flight(self) -> int:
         """Messages held (until settled), including those whose settle is under way."""
         return len(self._tasks)
+
+    def held(self) -> list[Message]:
+        """The messages in flight now (a copy: the monitor reads it between awaits)."""
+        return list(self._tasks.values())
 
     @property
     def at_app(self) -> int:
@@ -124,6 +130,14 @@ class Receiver:
 
     def resume(self) -> None:
         self._open.set()
+
+    def retake(self) -> None:
+        """Abandon the take under way, if any, and start again (the queues to take from
+        changed: ``queue_control``); what it held goes back unseen."""
+        if self._taking is not None and not self._abandoning:
+            self._abandon_reason = RETAKE_REASON
+            self._abandoning = True
+            self._taking.cancel()
 
     async def start(self) -> None:
         self._loop = asyncio.create_task(self._receive_loop(), name="receive-loop")
@@ -193,7 +207,7 @@ class Receiver:
         slot = AppSlot(lambda: self._slot_given_back(index))
         task = asyncio.create_task(self._worker.handle(message, slot.free),
                                    name=f"msg-{message.id}")
-        self._tasks.add(task)
+        self._tasks[task] = message
         task.add_done_callback(lambda done: self._task_done(done, slot))
 
     def _slot_given_back(self, index: int) -> None:
@@ -202,7 +216,7 @@ class Receiver:
         self._slot_freed.set()
 
     def _task_done(self, task: asyncio.Task[None], slot: AppSlot) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         slot.free()
         if len(self._tasks) == self._most_held - 1:  # a settle ended: room under the bound
             self._slot_freed.set()

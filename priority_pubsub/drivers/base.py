@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 from pydantic import ValidationError, ValidationInfo
 
 from priority_pubsub.core.errors import ConfigError, DriverError
-from priority_pubsub.core.message import Lease, Message
+from priority_pubsub.core.message import DeadLetter, Lease, Message
 from priority_pubsub.settings.config import describe_validation_error
 from priority_pubsub.settings.driver import DriverContext, DriverOptions
 
@@ -39,11 +39,14 @@ __all__ = [
     "DEAD_LETTER_REASON",
     "DEAD_LETTER_SOURCE",
     "REQUEUED_FROM",
+    "DeadLetter",
+    "DeadLetterBrowser",
     "DepthReporter",
     "Driver",
     "DriverContext",
     "DriverOptions",
     "ErrorMapper",
+    "IdReceiver",
     "Lease",
     "MappedErrors",
     "Message",
@@ -230,6 +233,27 @@ class QueueDepth:
 @runtime_checkable
 class DepthReporter(Protocol):
     async def depth(self, queue: str) -> QueueDepth: ...
+
+
+@runtime_checkable
+class DeadLetterBrowser(Protocol):
+    """A broker that can list a queue without receiving from it (the monitor's dead-letter
+    list is then the dead-letter queue itself, not this replica's record)."""
+
+    async def browse(self, queue: str, limit: int) -> list[DeadLetter]:
+        """Up to ``limit`` messages waiting in ``queue``, oldest first; none is leased."""
+        ...
+
+
+@runtime_checkable
+class IdReceiver(Protocol):
+    """A broker that can lease chosen messages out of a queue (the monitor's requeue and
+    delete of listed dead letters)."""
+
+    async def receive_ids(self, queue: str, ids: Sequence[str]) -> list[Message]:
+        """Lease exactly the messages of ``ids`` still waiting in ``queue`` (others are left
+        alone; ids not found are skipped), to be acked or published elsewhere."""
+        ...
 
 
 @runtime_checkable

@@ -243,6 +243,21 @@ class ServerConfig(_Strict):
     """Event-loop lag after which ``/healthz`` reports the loop as stuck."""
 
 
+class MonitorConfig(_Strict):
+    """The live monitor page and its JSON API on the ops server (README "Monitor").
+
+    On and read-only by default. ``read_token`` protects reads (HTTP Basic password or
+    Bearer); actions (pause, drain, requeue, delete) exist only with ``admin_token``."""
+
+    enabled: bool = True
+    read_token: SecretStr | None = None
+    admin_token: SecretStr | None = None
+    refresh_s: float = Field(default=2, ge=0.2, le=60)
+    """How often an open page asks for fresh figures."""
+    sample_s: float = Field(default=10, ge=0.1, le=60)
+    """How often the rates' and sparklines' counters are sampled (15 minutes are kept)."""
+
+
 class JournalConfig(_Strict):
     path: Path = Path("./data/journal")
     rotate_mb: float = Field(default=64, gt=0)
@@ -295,6 +310,7 @@ class Settings(_Strict):
     lease: LeaseConfig = LeaseConfig()
     shutdown: ShutdownConfig = ShutdownConfig()
     server: ServerConfig = ServerConfig()
+    monitor: MonitorConfig = MonitorConfig()
     journal: JournalConfig | None = None
     log: LogConfig = LogConfig()
     tracing: TracingConfig | None = None

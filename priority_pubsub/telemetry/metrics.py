@@ -94,6 +94,17 @@ class Metrics:
             "priority_pubsub_promotions", "Messages taken ahead of higher queues by the "
             "starvation bound (queues[].max_wait_s).", ["queue"], registry=r,
         )
+        # The operator's runtime holds (the monitor's pause and drain, issue 29).
+        self.queue_paused = Gauge(
+            "priority_pubsub_queue_paused",
+            "1 while an operator paused taking from this queue on this replica (runtime only).",
+            ["queue"], registry=r,
+        )
+        self.draining = Gauge(
+            "priority_pubsub_draining",
+            "1 while an operator drains this replica: nothing new is taken (runtime only).",
+            registry=r,
+        )
 
         self._queues: dict[tuple[str, int], QueueMetrics] = {}
 

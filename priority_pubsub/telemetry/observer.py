@@ -10,9 +10,10 @@ scrape time.)
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
-from priority_pubsub.core.message import Message, now_ms
+from priority_pubsub.core.message import DeadLetter, Message, now_ms
 from priority_pubsub.core.outcome import Kind
 from priority_pubsub.telemetry.journal import JournalRecord, JournalWriter
 from priority_pubsub.telemetry.live_capacity import LiveCapacity
@@ -20,6 +21,8 @@ from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.metrics import Metrics
 
 log = get_logger("priority_pubsub.delivery")
+RECENT_DEAD_LETTERS = 1000
+"""Dead letters this replica remembers for the monitor where the broker cannot list them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +56,14 @@ class DeliveryObserver:
         self._capacity = capacity
         self._queue_index = {name: index for index, name in enumerate(queue_names)}
         """Queue positions for ``capacity`` (which counts deliveries, not releases)."""
+        self.last_received_ms: dict[str, int] = {}
+        """Per queue, when this replica last received from it (the monitor's "last")."""
+        self.dead_letters: deque[DeadLetter] = deque(maxlen=RECENT_DEAD_LETTERS)
+        """This replica's own dead letters since it started, newest last (the monitor's
+        list where the broker cannot browse its dead-letter queue: SQS, Pub/Sub)."""
 
     def received(self, message: Message) -> None:
+        self.last_received_ms[message.queue] = message.received_ms
         metrics = self.metrics.queue(message.queue, message.priority)
         metrics.received.inc()
         metrics.wait_seconds.observe(max(0.0, (message.received_ms - message.enqueued_ms) / 1000))
@@ -84,6 +93,11 @@ class DeliveryObserver:
                                   (settled_ms - started_ms) / 1000)
         if kind is not Kind.ACK or self._log_successes:  # an ack logs nothing above debug
             self._log(event, settled_ms - (event.forwarded_ms or message.received_ms))
+            if kind is Kind.DEAD:
+                self.dead_letters.append(DeadLetter(
+                    id=message.id, source=message.queue, reason=event.reason,
+                    attempts=message.attempt, first_seen_ms=message.enqueued_ms,
+                    last_seen_ms=settled_ms))
         if self._journal is not None:
             self._journal.append(JournalRecord(
                 message_id=message.id, queue=message.queue, priority=message.priority,

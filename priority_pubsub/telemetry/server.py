@@ -1,4 +1,5 @@
-"""The sidecar's own small HTTP server: liveness, readiness and Prometheus metrics.
+"""The sidecar's own small HTTP server: liveness, readiness and Prometheus metrics (and the
+monitor's routes, added by the monitor).
 
 It is given the three callables it serves, not the sidecar (FastStream's ping factory style):
 whether the event loop stalled, why the sidecar is not ready, and the metrics text.
@@ -25,11 +26,14 @@ class OpsServer:
         stalled: Callable[[], bool],
         readiness_problem: Callable[[], Awaitable[str | None]],
         render_metrics: Callable[[], bytes],
+        more_routes: Callable[[web.Application], None] | None = None,
     ) -> None:
         self._config = config
         self._stalled = stalled
         self._readiness_problem = readiness_problem
         self._render_metrics = render_metrics
+        self._more_routes = more_routes
+        """Adds the routes of other parts (the monitor's ``/monitor`` and ``/api/v1/``)."""
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -39,6 +43,8 @@ class OpsServer:
         app.router.add_get("/readyz", self._readyz)
         if self._config.metrics:
             app.router.add_get("/metrics", self._metrics)
+        if self._more_routes is not None:
+            self._more_routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         config = self._config

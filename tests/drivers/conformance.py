@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from priority_pubsub.core.errors import DriverError
-from priority_pubsub.drivers.base import Driver, Message
+from priority_pubsub.drivers.base import DeadLetterBrowser, Driver, Message
 from tests.support.topologies.base import DeadLetter
 
-__all__ = ["DeadLetter", "DriverConformance", "DriverHarness", "receive_all"]
+__all__ = ["DeadLetter", "DeadLetterBrowsing", "DriverConformance", "DriverHarness",
+           "receive_all"]
 
 
 @dataclass
@@ -285,3 +286,24 @@ class DriverConformance:
         results = await asyncio.gather(*(drain(d) for d in drivers))
         seen = results[0] + results[1]
         assert sorted(seen, key=int) == [f"{n}".encode() for n in range(total)]
+
+
+class DeadLetterBrowsing:
+    """For drivers that are ``DeadLetterBrowser``s: the monitor lists their dead-letter queue
+    itself. A driver's test class adds this beside ``DriverConformance``."""
+
+    async def test_browse_lists_dead_letters_and_takes_none(self, harness: DriverHarness) -> None:
+        driver = await harness.make_driver(harness.lease_s * 5)
+        assert isinstance(driver, DeadLetterBrowser)
+        dead = harness.dead_letter_queue
+        await harness.publish(harness.queues[1], b"poison", {"origin": "test"})
+        [message] = await receive_all(driver, harness.queues[1], 1)
+        await driver.dead_letter(message, "max attempts (3) reached")
+        listed = await driver.browse(dead, 10)
+        assert await driver.browse(dead, 10) == listed  # browsing leased nothing
+        [letter] = listed
+        assert (letter.source, letter.reason) == (harness.queues[1], "max attempts (3) reached")
+        [taken] = await receive_all(driver, dead, 1)  # still there for `requeue`
+        assert taken.id == letter.id
+        await driver.ack(taken)
+        assert await driver.browse(dead, 10) == []

@@ -11,7 +11,13 @@ import pytest
 from priority_pubsub.core.errors import MessageTooLarge
 from priority_pubsub.drivers.base import DriverContext
 from priority_pubsub.drivers.local.driver import DEAD_LETTER_REASON, LocalDriver, LocalOptions
-from tests.drivers.conformance import DeadLetter, DriverConformance, DriverHarness, LateBroker
+from tests.drivers.conformance import (
+    DeadLetter,
+    DeadLetterBrowsing,
+    DriverConformance,
+    DriverHarness,
+    LateBroker,
+)
 
 pytestmark = pytest.mark.local
 QUEUES = ("high", "normal", "low")
@@ -57,7 +63,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[DriverHarness]:
     await publisher.close()
 
 
-class TestLocalConformance(DriverConformance):
+class TestLocalConformance(DriverConformance, DeadLetterBrowsing):
     pass
 
 

@@ -24,6 +24,7 @@ from priority_pubsub.drivers.rabbitmq.driver import RabbitMQDriver, RabbitOption
 from priority_pubsub.drivers.rabbitmq.wire import ATTEMPT_HEADER
 from tests.drivers.conformance import (
     DeadLetter,
+    DeadLetterBrowsing,
     DriverConformance,
     DriverHarness,
     LateBroker,
@@ -120,7 +121,7 @@ def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-class TestRabbitConformance(DriverConformance):
+class TestRabbitConformance(DriverConformance, DeadLetterBrowsing):
     pass
 
 

@@ -30,6 +30,7 @@ from priority_pubsub.drivers.redis.driver import RedisDriver, RedisOptions
 from priority_pubsub.settings.config import validate_config
 from tests.drivers.conformance import (
     DeadLetter,
+    DeadLetterBrowsing,
     DriverConformance,
     DriverHarness,
     LateBroker,
@@ -139,7 +140,7 @@ def late_broker(tmp_path: Path) -> Iterator[LateBroker]:
     server.stop()
 
 
-class TestRedisConformance(DriverConformance):
+class TestRedisConformance(DriverConformance, DeadLetterBrowsing):
     pass
 
 

@@ -347,3 +347,14 @@ def test_keda_can_also_scale_on_the_live_workers_needed_gauge(helm: Helm) -> Non
         "threshold": "8"}}
     refused = helm.render_error([_example("sqs")], ["keda.workersNeeded.enabled=true"])
     assert "keda.workersNeeded.serverAddress is required" in refused
+
+
+def test_monitor_tokens_come_from_the_secret_as_config_overrides(helm: Helm) -> None:
+    docs = helm.render([_example("local")], [
+        "secrets.existingSecret=ops", "secrets.monitorReadTokenKey=read",
+        "secrets.monitorAdminTokenKey=admin"])
+    env = {e["name"]: e.get("valueFrom") for e in sidecar_container(_pod_spec(docs))["env"]}
+    assert env["PRIORITY_PUBSUB_MONITOR__READ_TOKEN"] == {
+        "secretKeyRef": {"name": "ops", "key": "read"}}
+    assert env["PRIORITY_PUBSUB_MONITOR__ADMIN_TOKEN"] == {
+        "secretKeyRef": {"name": "ops", "key": "admin"}}

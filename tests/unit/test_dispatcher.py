@@ -241,3 +241,30 @@ async def test_a_take_abandoned_by_the_receiver_says_why_it_was_paused_or_stoppe
         ("h1", "release", "app not reachable: ConnectionRefusedError"),
         ("h1", "release", "sidecar shutting down: returned unseen"),
     ]
+
+
+async def test_a_paused_queue_is_neither_swept_nor_waited_on() -> None:
+    driver = FakeDriver(("high", "normal", "low"))
+    driver.queues["high"].extend(["h1"])
+    driver.queues["low"].extend(["l1"])
+    dispatcher = make(driver)
+    dispatcher.control.pause("high", "test")
+    assert [m.id for m in await dispatcher.take(2)] == ["l1"]
+    assert await dispatcher.take(2) == []  # a waiting round: on normal and low only
+    assert {q for q, _, _ in driver.calls} == {"normal", "low"}
+    dispatcher.control.resume("high")
+    assert [m.id for m in await dispatcher.take(2)] == ["h1"]
+
+
+async def test_a_drain_takes_nothing_until_it_ends() -> None:
+    driver = FakeDriver(("high", "normal", "low"))
+    driver.queues["normal"].extend(["n1"])
+    dispatcher = make(driver)
+    dispatcher.control.start_drain("test")
+    take = asyncio.create_task(dispatcher.take(1))
+    await asyncio.sleep(0.1)
+    assert not take.done()
+    assert driver.calls == []
+    dispatcher.control.end_drain()
+    assert await take == []  # woken by the change: the receiver's loop takes again
+    assert [m.id for m in await dispatcher.take(1)] == ["n1"]

@@ -70,6 +70,16 @@ roll the pods when the config changes.
       valueFrom:
         secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .publishApiTokenKey | quote }}}
     {{- end }}
+    {{- if .monitorReadTokenKey }}
+    - name: PRIORITY_PUBSUB_MONITOR__READ_TOKEN
+      valueFrom:
+        secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .monitorReadTokenKey | quote }}}
+    {{- end }}
+    {{- if .monitorAdminTokenKey }}
+    - name: PRIORITY_PUBSUB_MONITOR__ADMIN_TOKEN
+      valueFrom:
+        secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .monitorAdminTokenKey | quote }}}
+    {{- end }}
     {{- end }}
     {{- with .Values.sidecar.env }}
     {{- toYaml . | nindent 4 }}

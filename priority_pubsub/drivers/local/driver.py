@@ -30,7 +30,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -41,6 +41,7 @@ from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
+    DeadLetter,
     DriverContext,
     DriverOptions,
     QueueDepth,
@@ -68,6 +69,9 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_ready ON messages (queue, visible_at_ms, seq);
 """
 
+
+_CLAIM = "UPDATE messages SET attempts = attempts + 1, lease_token = ?, visible_at_ms = ? "
+_CLAIMED = "RETURNING seq, id, body, attributes, content_type, enqueued_ms, attempts"
 
 _RELEASE = (
     "UPDATE messages SET visible_at_ms = ?, lease_token = NULL, "
@@ -156,10 +160,8 @@ class LocalDriver:
         def claim(conn: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], int | None, int]:
             now = now_ms()
             rows = conn.execute(
-                "UPDATE messages SET attempts = attempts + 1, lease_token = ?, visible_at_ms = ? "
-                "WHERE seq IN (SELECT seq FROM messages WHERE queue = ? AND visible_at_ms <= ? "
-                "ORDER BY visible_at_ms, seq LIMIT ?) "
-                "RETURNING seq, id, body, attributes, content_type, enqueued_ms, attempts",
+                _CLAIM + "WHERE seq IN (SELECT seq FROM messages WHERE queue = ? AND "
+                "visible_at_ms <= ? ORDER BY visible_at_ms, seq LIMIT ?) " + _CLAIMED,
                 (token, now + lease_ms, queue, now, max_messages),
             ).fetchall()
             next_due = None
@@ -338,6 +340,42 @@ class LocalDriver:
         visible, in_flight, delayed, oldest = await self._run(count, write=False)
         age = None if oldest is None else max(0.0, (now_ms() - oldest) / 1000)
         return QueueDepth(visible=visible, in_flight=in_flight, delayed=delayed, oldest_age_s=age)
+
+    async def browse(self, queue: str, limit: int) -> list[DeadLetter]:
+        def rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                "SELECT id, attributes, attempts, enqueued_ms, visible_at_ms FROM messages "
+                "WHERE queue = ? AND lease_token IS NULL ORDER BY seq LIMIT ?", (queue, limit),
+            ).fetchall()
+
+        found = []
+        for message_id, attributes, attempts, enqueued_ms, moved_ms in await self._run(
+                rows, write=False):
+            decoded = json.loads(attributes)
+            found.append(DeadLetter(
+                id=message_id, source=decoded.get(DEAD_LETTER_SOURCE),
+                reason=decoded.get(DEAD_LETTER_REASON), attempts=attempts,
+                first_seen_ms=enqueued_ms, last_seen_ms=moved_ms))
+        return found
+
+    async def receive_ids(self, queue: str, ids: Sequence[str]) -> list[Message]:
+        token = uuid.uuid4().hex
+        lease_ms = int(self.context.lease_duration_s * 1000)
+        wanted = list(ids)
+
+        def claim(conn: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], int]:
+            now = now_ms()
+            marks = ",".join("?" * len(wanted))
+            return conn.execute(
+                _CLAIM + f"WHERE queue = ? AND lease_token IS NULL AND id IN ({marks}) "
+                + _CLAIMED, (token, now + lease_ms, queue, *wanted),
+            ).fetchall(), now
+
+        if not wanted:
+            return []
+        rows, claimed_ms = await self._run(claim, write=True)
+        return [self._to_message(queue, row, token, claimed_ms + lease_ms, claimed_ms)
+                for row in rows]
 
     async def ping(self) -> None:
         """Readiness: the file must still be there and readable by a fresh connection."""

@@ -55,6 +55,7 @@ from priority_pubsub.core.redaction import CredentialUrl, SecretUrl
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
+    DeadLetter,
     DriverContext,
     DriverOptions,
     QueueDepth,
@@ -66,6 +67,7 @@ from priority_pubsub.drivers.base import (
 )
 from priority_pubsub.drivers.rabbitmq.topology import Declarer, Layout
 from priority_pubsub.drivers.rabbitmq.wire import (
+    ATTEMPT_HEADER,
     RENEWAL_HEADER,
     copy_of,
     map_error,
@@ -480,6 +482,31 @@ class RabbitMQDriver:
             self._publisher = await connection.channel(publisher_confirms=True,
                                                        on_return_raises=True)
         return self._publisher
+
+    async def browse(self, queue: str, limit: int) -> list[DeadLetter]:
+        """``basic.get`` up to ``limit`` on a channel of its own, then closing it: RabbitMQ
+        puts every message back where it was (flagged redelivered; a quorum queue counts a
+        delivery). Nothing is acked, so nothing can be lost."""
+        self._check_name(queue)
+        connection = await self._link()
+        with map_errors(map_error, f"browse {queue}"):
+            channel = await connection.channel(publisher_confirms=False)
+            try:
+                got = await self._get_some(channel, self._layout.physical(queue), limit)
+            finally:
+                with contextlib.suppress(Exception):
+                    await channel.close()  # returns every one of them
+        now = now_ms()
+        letters = []
+        for incoming in got:
+            reading = read_delivery(incoming, now)
+            attempts = (incoming.headers or {}).get(ATTEMPT_HEADER)  # not this get's count
+            letters.append(DeadLetter(
+                id=reading.id, source=reading.attributes.get(DEAD_LETTER_SOURCE),
+                reason=reading.attributes.get(DEAD_LETTER_REASON),
+                attempts=attempts if isinstance(attempts, int) else None,
+                first_seen_ms=reading.enqueued_ms, last_seen_ms=None))
+        return letters
 
     async def publish(
         self,

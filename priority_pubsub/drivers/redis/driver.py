@@ -73,7 +73,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, cast
 
 import redis.asyncio as aioredis
 from pydantic import Field, SecretStr, field_validator
@@ -88,6 +88,7 @@ from priority_pubsub.drivers.base import (
     CONTENT_TYPE_ATTRIBUTE,
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
+    DeadLetter,
     DriverContext,
     DriverOptions,
     QueueDepth,
@@ -440,6 +441,24 @@ class RedisDriver:
                         "last-delivered-id": _text(group["last-delivered-id"])}
             await self._declare(queue)
         raise DriverError(f"redis: group {self.options.group!r} missing on {queue!r}")
+
+    async def browse(self, queue: str, limit: int) -> list[DeadLetter]:
+        """The entries the group has not taken yet (``XRANGE`` after its last-delivered id):
+        what waits, read without ``XREADGROUP``, so nothing is leased or counted."""
+        group = await self._group_info(queue)
+        with _redis_errors(f"browse {queue!r}"):
+            # redis-py types replies loosely; without decode_responses they are bytes
+            entries = cast(list[tuple[bytes, dict[bytes, bytes]]], await self._client.xrange(
+                queue, min=f"({group['last-delivered-id']}", count=limit))
+        letters = []
+        for raw_id, values in entries:
+            entry_id = _text(raw_id)
+            attributes, _ = _attributes(values.get(METADATA_FIELD))
+            letters.append(DeadLetter(
+                id=entry_id, source=attributes.get(DEAD_LETTER_SOURCE),
+                reason=attributes.get(DEAD_LETTER_REASON), attempts=None,
+                first_seen_ms=None, last_seen_ms=int(entry_id.split("-", 1)[0])))
+        return letters
 
     async def publish(
         self,

@@ -1,0 +1,36 @@
+"""Build the monitor from the sidecar's parts (the composition root passes them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from priority_pubsub.app.gate import AppGate
+from priority_pubsub.delivery.control import QueueControl
+from priority_pubsub.delivery.receiver import Receiver
+from priority_pubsub.drivers.base import Driver
+from priority_pubsub.monitor.admin import AdminActions
+from priority_pubsub.monitor.dead_letters import DeadLetterDesk
+from priority_pubsub.monitor.history import History
+from priority_pubsub.monitor.routes import Monitor
+from priority_pubsub.monitor.state import DepthReading, MonitorSources
+from priority_pubsub.settings.config import Settings
+from priority_pubsub.telemetry.metrics import Metrics
+from priority_pubsub.telemetry.observer import DeliveryObserver
+
+
+def build_monitor(
+    settings: Settings, *, driver: Driver, metrics: Metrics, gate: AppGate, receiver: Receiver,
+    control: QueueControl, observer: DeliveryObserver, depths: dict[str, DepthReading],
+    connected: Callable[[], bool],
+) -> Monitor:
+    desk = DeadLetterDesk(
+        driver, settings.dead_letter.queue if settings.dead_letter else None,
+        settings.queue_names, lambda: observer.dead_letters,
+    )
+    sources = MonitorSources(
+        settings=settings, gate=gate, receiver=receiver, control=control, observer=observer,
+        history=History(metrics, settings.queue_names, settings.monitor.sample_s),
+        dead_letters=desk, depths=depths, connected=connected,
+    )
+    journal_dir = settings.journal.path if settings.journal else None
+    return Monitor(settings.monitor, sources, AdminActions(control, desk, journal_dir))

@@ -1,0 +1,141 @@
+"""The monitor's dead letters: listed from the broker where it can browse, else from this
+replica's own record; requeued (the ``requeue`` path) or deleted by id.
+
+Where the driver is a ``DeadLetterBrowser`` (local, Redis, RabbitMQ) the list *is* the dead-letter
+queue: every replica's dead letters; where it is also an ``IdReceiver`` (local) requeue and
+delete act on it (elsewhere ``priority-pubsub requeue`` does). Elsewhere (SQS, Pub/Sub: a
+receive would lease the message and count an attempt) the list is what this replica
+dead-lettered since it started, and it cannot act on it: the page says so, and points to
+``priority-pubsub requeue``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from priority_pubsub.core.message import Message
+from priority_pubsub.delivery.requeue import requeue_one
+from priority_pubsub.drivers.base import (
+    DEAD_LETTER_SOURCE,
+    DeadLetter,
+    DeadLetterBrowser,
+    Driver,
+    IdReceiver,
+    Publisher,
+)
+
+BROWSE_LIMIT = 1000
+"""The most dead letters one list or one action reads (the page shows the first 200)."""
+LISTING_TTL_S = 3.0
+"""How long a list read from the broker is shown again (RabbitMQ browses by get and requeue:
+not at every refresh of every page); an action here reads it afresh."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterFilter:
+    """What the page's filter form (a bookmarkable GET) selects: substrings of reason and id,
+    the exact source queue; empty matches everything."""
+
+    reason: str = ""
+    queue: str = ""
+    id: str = ""
+
+    def matches(self, letter: DeadLetter) -> bool:
+        return ((not self.queue or letter.source == self.queue)
+                and self.id in letter.id
+                and self.reason.lower() in (letter.reason or "").lower())
+
+    @property
+    def empty(self) -> bool:
+        return not (self.reason or self.queue or self.id)
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    source: str
+    """``broker``: the dead-letter queue itself; ``replica``: this replica's record."""
+    queue: str | None
+    letters: list[DeadLetter]
+
+
+class DeadLetterDesk:
+    def __init__(self, driver: Driver, queue: str | None, queue_names: tuple[str, ...],
+                 recorded: Callable[[], Sequence[DeadLetter]]) -> None:
+        self._driver = driver
+        self._queue = queue
+        self._queue_names = queue_names
+        self._recorded = recorded
+        self._listed: tuple[float, DeadLetterFilter, int, Listing] | None = None
+
+    @property
+    def browsable(self) -> bool:
+        """Whether the list is the broker's dead-letter queue."""
+        return self._queue is not None and isinstance(self._driver, DeadLetterBrowser)
+
+    @property
+    def actionable(self) -> bool:
+        """Whether listed dead letters can be requeued and deleted from here."""
+        return (self.browsable and isinstance(self._driver, IdReceiver)
+                and isinstance(self._driver, Publisher))
+
+    async def listing(self, selected: DeadLetterFilter, limit: int = BROWSE_LIMIT) -> Listing:
+        listed = self._listed
+        if listed is not None and listed[1:3] == (selected, limit) and \
+                time.monotonic() - listed[0] < LISTING_TTL_S:
+            return listed[3]
+        found = await self._read(selected, limit)
+        self._listed = (time.monotonic(), selected, limit, found)
+        return found
+
+    async def _read(self, selected: DeadLetterFilter, limit: int) -> Listing:
+        if self.browsable:
+            assert isinstance(self._driver, DeadLetterBrowser)
+            assert self._queue is not None
+            # unfiltered, only what is shown is read (the page asks at every refresh)
+            letters = await self._driver.browse(
+                self._queue, limit if selected.empty else BROWSE_LIMIT)
+            source = "broker"
+        else:
+            letters = list(reversed(self._recorded()))  # newest first
+            source = "replica"
+        chosen = [letter for letter in letters if selected.matches(letter)][:limit]
+        return Listing(source, self._queue, chosen)
+
+    async def requeue(self, ids: Sequence[str]) -> int:
+        """Move these dead letters back to the queue each came from; how many moved. One
+        whose source is not a consumed queue is handed back to the dead-letter queue."""
+        moved = 0
+        for message in await self._take(ids):
+            source = message.attributes.get(DEAD_LETTER_SOURCE, "")
+            if source in self._queue_names:
+                assert self._queue is not None
+                await requeue_one(self._driver, message, self._queue, source)
+                moved += 1
+            else:
+                await self._driver.release(message)
+        self._listed = None
+        return moved
+
+    async def delete(self, ids: Sequence[str]) -> int:
+        taken = await self._take(ids)
+        for message in taken:
+            await self._driver.ack(message)
+        self._listed = None
+        return len(taken)
+
+    async def _take(self, ids: Sequence[str]) -> list[Message]:
+        self._listed = None  # what follows changes the queue
+        if not self.actionable:
+            raise ActionUnavailable(
+                "this driver cannot take chosen dead letters out of its queue: use "
+                "`priority-pubsub requeue`")
+        assert isinstance(self._driver, IdReceiver)
+        assert self._queue is not None
+        return await self._driver.receive_ids(self._queue, list(ids)[:BROWSE_LIMIT])
+
+
+class ActionUnavailable(Exception):
+    """An action this deployment cannot do (the page says why; the API answers 409)."""
+

@@ -1,0 +1,179 @@
+"""What the monitor shows, as one JSON-ready document (``/api/v1/state``, and the page).
+
+It reads this replica's parts: the app gate, the receiver (what is in flight), the operator's
+queue control, the delivery observer (last delivery, its own dead letters), the metrics
+history (rates, sparklines) and the broker depths the sidecar's refresher last read (the
+broker's figures, labelled so). Never a message body; reasons pass through ``redact``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from priority_pubsub.app.gate import AppGate
+from priority_pubsub.core.message import Message, now_ms
+from priority_pubsub.core.redaction import redact
+from priority_pubsub.delivery.control import Hold, QueueControl
+from priority_pubsub.delivery.receiver import Receiver
+from priority_pubsub.drivers.base import DeadLetter, QueueDepth
+from priority_pubsub.monitor.dead_letters import DeadLetterDesk, DeadLetterFilter
+from priority_pubsub.monitor.history import History
+from priority_pubsub.settings.config import Settings
+from priority_pubsub.telemetry.observer import DeliveryObserver
+
+API_VERSION = 1
+RUNTIME_ONLY = ("Pauses and drain are this replica's alone, kept in memory: a restart of the "
+                "sidecar forgets them.")
+SHOWN_DEAD_LETTERS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class DepthReading:
+    """A broker depth and when the sidecar's refresher read it (monotonic seconds)."""
+
+    depth: QueueDepth
+    at_s: float
+
+
+@dataclass(slots=True)
+class MonitorSources:
+    """The parts the monitor reads, handed over by the composition root."""
+
+    settings: Settings
+    gate: AppGate
+    receiver: Receiver
+    control: QueueControl
+    observer: DeliveryObserver
+    history: History
+    dead_letters: DeadLetterDesk
+    depths: dict[str, DepthReading]
+    connected: Callable[[], bool]
+
+
+def drain_state(control: QueueControl, in_flight: int) -> str | None:
+    """``drained`` once a drain has nothing left in flight, ``draining`` before; None."""
+    if not control.draining:
+        return None
+    return "drained" if in_flight == 0 else "draining"
+
+
+async def snapshot(src: MonitorSources, selected: DeadLetterFilter) -> dict[str, Any]:
+    now = src.history.now()
+    rates = src.history.per_minute(now)
+    held = src.receiver.held()
+    wall_ms = now_ms()
+    queues = [_queue_row(src, name, priority, rates[name], wall_ms)
+              | {"since_start": now.counts[name]}
+              for priority, name in enumerate(src.settings.queue_names)]
+    flag_starvation(queues)
+    listing = await src.dead_letters.listing(selected, SHOWN_DEAD_LETTERS)
+    return {
+        "v": API_VERSION,
+        "replica": {"host": socket.gethostname(), "pid": os.getpid(),
+                    "driver": src.settings.driver.type,
+                    "scheduling": src.settings.scheduling},
+        "generated_ms": wall_ms,
+        "runtime_only": RUNTIME_ONLY,
+        "overview": _overview(src, held, wall_ms),
+        "queues": queues,
+        "in_flight": [_in_flight_row(m, wall_ms, src.settings.lease.duration_s)
+                      for m in sorted(held, key=lambda m: m.received_ms)],
+        "dead_letters": {
+            "source": listing.source, "queue": listing.queue,
+            "actions": src.dead_letters.actionable,
+            "filter": {"reason": selected.reason, "queue": selected.queue, "id": selected.id},
+            "items": [_dead_letter_row(d) for d in listing.letters],
+        },
+    }
+
+
+def _overview(src: MonitorSources, held: list[Message], wall_ms: int) -> dict[str, Any]:
+    gate, health = src.gate, src.gate.health
+    blocked = gate.blocked()
+    state = "down" if not health.up else ("paused" if blocked else "up")
+    drain = src.control.drain
+    return {
+        "app": {"state": state, "reason": redact(blocked) if blocked else None,
+                "for_s": round(time.monotonic() - health.since, 1)},
+        "workers": {"busy": src.receiver.at_app, "in_flight": len(held),
+                    "concurrency": src.settings.concurrency,
+                    "effective_concurrency": gate.limiter.limit},
+        "reserve": _reserve_plan(src.settings, held),
+        "oldest_in_flight_s": (round((wall_ms - min(m.received_ms for m in held)) / 1000, 1)
+                               if held else None),
+        "driver_connected": src.connected(),
+        "drain": None if drain is None else {
+            **_hold(drain), "state": drain_state(src.control, len(held))},
+    }
+
+
+def _reserve_plan(settings: Settings, held: list[Message]) -> list[dict[str, Any]] | None:
+    """Per queue with a ``reserve`` or ``max_concurrency`` (README "Long tasks"): those
+    settings and its messages in flight now; None when no queue has either."""
+    if not any(q.reserve or q.max_concurrency is not None for q in settings.queues):
+        return None
+    busy = Counter(m.queue for m in held)
+    return [{"queue": q.name, "reserve": q.reserve, "max_concurrency": q.max_concurrency,
+             "in_flight": busy[q.name]} for q in settings.queues]
+
+
+def _queue_row(src: MonitorSources, name: str, priority: int, per_minute: dict[str, float],
+               wall_ms: int) -> dict[str, Any]:
+    reading = src.depths.get(name)
+    last = src.observer.last_received_ms.get(name)
+    paused = src.control.paused.get(name)
+    return {
+        "name": name, "priority": priority,
+        "paused": None if paused is None else _hold(paused),
+        "broker": None if reading is None else {
+            "visible": reading.depth.visible, "in_flight": reading.depth.in_flight,
+            "delayed": reading.depth.delayed,
+            "oldest_age_s": (None if reading.depth.oldest_age_s is None
+                             else round(reading.depth.oldest_age_s, 1)),
+            "read_s_ago": round(time.monotonic() - reading.at_s, 1),
+        },
+        "per_minute": per_minute,
+        "last_delivery_s_ago": None if last is None else round((wall_ms - last) / 1000, 1),
+        "starved": None,
+        "sparkline": src.history.sparkline(name),
+    }
+
+
+def flag_starvation(queues: list[dict[str, Any]]) -> None:
+    """A queue is starved when it waits (the broker shows a backlog), is not paused, took
+    nothing in the last minute, and a higher queue did: None where the broker cannot tell."""
+    served_above = False
+    for row in queues:
+        broker = row["broker"]
+        if broker is not None and broker["visible"] is not None:
+            row["starved"] = bool(served_above and broker["visible"] > 0
+                                  and row["paused"] is None
+                                  and row["per_minute"]["delivered"] == 0)
+        served_above = served_above or row["per_minute"]["delivered"] > 0
+
+
+def _in_flight_row(message: Message, wall_ms: int, lease_s: float) -> dict[str, Any]:
+    renewed_ms = message.lease.deadline_ms - int(lease_s * 1000)
+    return {
+        "id": message.id, "queue": message.queue, "attempt": message.attempt,
+        "elapsed_s": round((wall_ms - message.received_ms) / 1000, 1),
+        "lease_renewed_s_ago": (round((wall_ms - renewed_ms) / 1000, 1)
+                                if renewed_ms > message.received_ms + 500 else None),
+    }
+
+
+def _dead_letter_row(letter: DeadLetter) -> dict[str, Any]:
+    return {"id": letter.id, "source": letter.source,
+            "reason": None if letter.reason is None else redact(letter.reason),
+            "attempts": letter.attempts, "first_seen_ms": letter.first_seen_ms,
+            "last_seen_ms": letter.last_seen_ms}
+
+
+def _hold(hold: Hold) -> dict[str, Any]:
+    return {"since_ms": hold.since_ms, "reason": hold.reason}

@@ -1,0 +1,342 @@
+"""The monitor page in a real Chromium, against a real sidecar (local driver) and a real app.
+
+One Chromium for the session (``tests.support.browser``), a fresh page and sidecar per test.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from priority_pubsub.core.message import now_ms
+from tests.e2e.helpers import journal_records, publish, queue_rows, samples, total, wait_until
+from tests.support.app import Received, RecordingApp, Reply
+from tests.support.sidecar import SidecarProcess, local_config, write_config
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+pytestmark = pytest.mark.local
+ADMIN = "admin-token-for-tests"
+FAST = {"refresh_s": 0.3, "sample_s": 0.5}
+
+
+class Running:
+    """A sidecar with its config, and what a test asks of it."""
+
+    def __init__(self, directory: Path, sidecar: SidecarProcess, config_path: Path) -> None:
+        self.directory = directory
+        self.sidecar = sidecar
+        self.config_path = config_path
+
+    @property
+    def url(self) -> str:
+        return self.sidecar.ops_url
+
+    def state(self, **query: str) -> dict[str, Any]:
+        answer = httpx.get(f"{self.url}/api/v1/state", params=query, timeout=5)
+        assert answer.status_code == 200, answer.text
+        value: dict[str, Any] = answer.json()
+        return value
+
+    def queue(self, name: str) -> dict[str, Any]:
+        return next(q for q in self.state()["queues"] if q["name"] == name)
+
+    def publish(self, queue: str, data: str, count: int = 1) -> list[str]:
+        return publish_beside_playwright(self.config_path, queue, data, count)
+
+
+def publish_beside_playwright(path: Path, queue: str, data: str, count: int = 1) -> list[str]:
+    """``publish`` runs its own event loop: in a thread, as Playwright's runs in this one."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(publish, path, queue, json.dumps(data), count).result()
+
+
+@pytest.fixture
+def start(tmp_path: Path, app: RecordingApp) -> Iterator[Any]:
+    started: list[SidecarProcess] = []
+
+    def run(monitor: dict[str, Any], **overrides: Any) -> Running:
+        config = local_config(tmp_path, app.url, monitor={**FAST, **monitor},
+                              server={"host": "127.0.0.1", "port": 0, "depth_interval_s": 0.3},
+                              **overrides)
+        path = write_config(tmp_path, config)
+        publish_beside_playwright(path, "high", "warm-up")  # creates the queue file
+        sidecar = SidecarProcess(tmp_path, config)
+        started.append(sidecar)
+        sidecar.wait_ready()
+        app.wait_for(1)
+        return Running(tmp_path, sidecar, path)
+
+    yield run
+    for sidecar in started:
+        sidecar.stop()
+
+
+@pytest.fixture
+def page(chromium: Browser) -> Iterator[Page]:
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    opened = context.new_page()
+    opened.on("dialog", lambda dialog: dialog.accept())  # the page confirms bulk actions
+    yield opened
+    context.close()
+
+
+def use_token(page: Page, token: str) -> None:
+    page.fill("#admin-token", token)
+    page.click("#token-form button")
+    page.wait_for_selector("#token-state:has-text('token set')")
+
+
+def data_of(received: Received) -> Any:
+    return received.event["data"]
+
+
+def test_numbers_change_under_load_without_a_reload(
+    start: Any, app: RecordingApp, page: Page
+) -> None:
+    app.behaviour = lambda _: Reply(delay_s=0.15)
+    running = start({}, concurrency=2)
+    page.goto(f"{running.url}/monitor")
+    page.evaluate("window.__sameDocument = true")
+    first = page.inner_text("tr[data-queue='high'] td.totals")
+    running.publish("high", "load", count=60)
+    seen_in_flight = set()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and len(seen_in_flight) < 3:
+        seen_in_flight.add(page.inner_text("#in-flight h2"))
+        time.sleep(0.1)
+    wait_until(lambda: page.inner_text("tr[data-queue='high'] td.totals") != first, timeout_s=10)
+    assert len(seen_in_flight) >= 2, seen_in_flight  # e.g. "In flight (2)" then "(0)"
+    assert page.evaluate("window.__sameDocument") is True  # swapped in place, never reloaded
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+
+
+def test_requeue_removes_the_row_and_the_message_reaches_the_app_once(
+    start: Any, app: RecordingApp, page: Page
+) -> None:
+    calls: Counter[str] = Counter()
+
+    def fail_first_time(received: Received) -> Reply:
+        data = data_of(received)
+        calls[data] += 1
+        return Reply(400 if data == "fatal-once" and calls[data] == 1 else 200)
+
+    app.behaviour = fail_first_time
+    running = start({"admin_token": ADMIN})
+    [message_id] = running.publish("low", "fatal-once")
+    page.goto(f"{running.url}/monitor")
+    row = page.locator(f"tr.dead[data-id='{message_id}']")
+    row.wait_for()
+    use_token(page, ADMIN)
+    row.locator("button[data-action='requeue']").click()
+    row.wait_for(state="detached")
+    wait_until(lambda: calls["fatal-once"] == 2)
+    time.sleep(1.5)  # a second redelivery would have come by now
+    assert calls["fatal-once"] == 2  # the dead-lettered attempt, then the requeued one: once
+    assert queue_rows(running.directory / "queues.db", "dead") == []
+    # requeue publishes a copy (a new id, ``requeued_from``), as the CLI's requeue does
+    outcomes = [(r["message_id"] == message_id, r["outcome"])
+                for r in journal_records(running.directory / "journal") if r["queue"] == "low"]
+    assert outcomes == [(True, "dead"), (False, "ack")]
+    admin = [json.loads(line) for line in
+             (running.directory / "journal" / "admin.jsonl").read_text().splitlines()]
+    assert [(a["action"], a["count"], a["ids"]) for a in admin] == [
+        ("requeue", 1, [message_id])]
+
+
+def test_pause_stops_deliveries_from_that_queue_only(
+    start: Any, app: RecordingApp, page: Page
+) -> None:
+    running = start({"admin_token": ADMIN})
+    page.goto(f"{running.url}/monitor")
+    use_token(page, ADMIN)
+    page.click("tr[data-queue='normal'] button[data-action='pause']")
+    page.wait_for_selector("tr[data-queue='normal'] button[data-action='resume']")
+    before = len(app.received)
+    running.publish("normal", "held", count=3)
+    running.publish("high", "served", count=3)
+    running.publish("low", "served", count=3)
+    wait_until(lambda: len(app.received) == before + 6)
+    time.sleep(1)
+    assert Counter(data_of(r) for r in app.received[before:]) == {"served": 6}
+    assert running.queue("normal")["broker"]["visible"] == 3
+    assert total(running.sidecar.metrics(), "priority_pubsub_queue_paused",
+                 queue="normal") == 1
+    page.click("tr[data-queue='normal'] button[data-action='resume']")
+    wait_until(lambda: len(app.received) == before + 9)
+    assert Counter(data_of(r) for r in app.received[before:]) == {"served": 6, "held": 3}
+
+
+def test_drain_ends_with_nothing_in_flight(start: Any, app: RecordingApp, page: Page) -> None:
+    app.behaviour = lambda r: Reply(delay_s=1.5 if data_of(r) == "slow" else 0)
+    running = start({"admin_token": ADMIN}, concurrency=2)
+    before = len(app.received)
+    running.publish("high", "slow", count=5)
+    page.goto(f"{running.url}/monitor")
+    use_token(page, ADMIN)
+    page.wait_for_selector("#in-flight h2:has-text('In flight (2)')")
+    page.click("button[data-action='drain']")
+    page.wait_for_selector("#drain-state:has-text('draining for')")
+    assert "draining by an operator" in httpx.get(f"{running.url}/readyz").json()["reason"]
+    page.wait_for_selector("#drain-state:has-text('drained for')", timeout=10_000)
+    page.wait_for_selector("#in-flight:has-text('nothing in flight')")
+    readiness = httpx.get(f"{running.url}/readyz")
+    assert readiness.status_code == 503
+    assert readiness.json()["reason"] == "drained by an operator (0 in flight)"
+    time.sleep(1)
+    assert len(app.received) - before == 2  # the two that ran; nothing new taken
+    assert running.queue("high")["broker"]["visible"] == 3
+    assert total(running.sidecar.metrics(), "priority_pubsub_draining") == 1
+
+
+def test_read_only_shows_no_buttons_and_a_post_gets_405(start: Any, page: Page) -> None:
+    running = start({}, queues=[{"name": "high", "reserve": 1}, {"name": "normal"},
+                                {"name": "low", "max_concurrency": 1}])
+    page.goto(f"{running.url}/monitor")
+    page.wait_for_selector("#queues")
+    plan = page.inner_text("#overview tr:has(th:text('reserve plan')) td")
+    assert plan.splitlines() == ["high: 0 in flight (1 reserved)", "normal: 0 in flight",
+                                 "low: 0 in flight (at most 1)"]
+    assert [(p["queue"], p["reserve"], p["max_concurrency"])
+            for p in running.state()["overview"]["reserve"]] == [
+        ("high", 1, None), ("normal", 0, None), ("low", 0, 1)]
+    assert page.locator("button.act").count() == 0
+    assert page.locator("#token-form").count() == 0
+    status = page.evaluate("fetch('/api/v1/drain', {method: 'POST'}).then(r => r.status)")
+    assert status == 405
+    assert running.state()["overview"]["drain"] is None
+
+
+def test_a_cross_site_post_gets_403(start: Any, page: Page) -> None:
+    running = start({"admin_token": ADMIN})
+    # a page of another site with a form aimed at the monitor: what a forged request is
+    page.route("http://attacker.example/", lambda route: route.fulfill(
+        content_type="text/html",
+        body=f'<form method="post" action="{running.url}/api/v1/drain">'
+             '<button id="go">go</button></form>'))
+    page.goto("http://attacker.example/")
+    with page.expect_response(f"{running.url}/api/v1/drain") as answer:
+        page.click("#go")
+    assert answer.value.status == 403
+    assert answer.value.request.headers.get("origin") == "http://attacker.example"
+    assert running.state()["overview"]["drain"] is None
+
+
+def test_a_wrong_token_gets_401_and_changes_nothing(start: Any, page: Page) -> None:
+    running = start({"admin_token": ADMIN})
+    page.goto(f"{running.url}/monitor")
+    use_token(page, "not-the-token")
+    with page.expect_response(f"{running.url}/api/v1/queues/high/pause") as answer:
+        page.click("tr[data-queue='high'] button[data-action='pause']")
+    assert answer.value.status == 401
+    page.wait_for_selector("#message:has-text('missing or wrong admin token')")
+    assert running.queue("high")["paused"] is None
+    assert "not-the-token" not in running.sidecar.logs()
+
+
+def test_page_api_metrics_and_journal_agree(start: Any, app: RecordingApp, page: Page) -> None:
+    app.behaviour = lambda r: Reply(400 if data_of(r) == "fatal" else 200)
+    running = start({"admin_token": ADMIN})
+    running.publish("high", "ok", count=4)
+    running.publish("low", "fatal", count=3)
+    wait_until(lambda: len(journal_records(running.directory / "journal")) == 8)
+    page.goto(f"{running.url}/monitor")
+    use_token(page, ADMIN)
+    page.click("tr[data-queue='low'] button[data-action='pause']")
+    page.wait_for_selector("tr[data-queue='low'] button[data-action='resume']")
+    page.reload()
+
+    state = running.state()
+    metrics = running.sidecar.metrics()
+    journal = journal_records(running.directory / "journal")
+    by_outcome = Counter((r["queue"], r["outcome"]) for r in journal)
+    for queue in state["queues"]:
+        name, since_start = queue["name"], queue["since_start"]
+        expected = {"delivered": total(metrics, "priority_pubsub_messages_received_total",
+                                       queue=name)}
+        for outcome in ("ack", "retry", "dead"):
+            expected[outcome] = total(metrics, "priority_pubsub_messages_settled_total",
+                                      queue=name, outcome=outcome)
+            assert by_outcome[(name, outcome)] == expected[outcome]
+        assert since_start == expected
+        cell = page.inner_text(f"tr[data-queue='{name}'] td.totals")
+        assert cell == " / ".join(f"{expected[k]:g}" for k in ("delivered", "ack", "retry",
+                                                                  "dead"))
+    dead_in_journal = {r["message_id"] for r in journal if r["outcome"] == "dead"}
+    assert {d["id"] for d in state["dead_letters"]["items"]} == dead_in_journal
+    page_ids = page.eval_on_selector_all("tr.dead", "rows => rows.map(r => r.dataset.id)")
+    assert set(page_ids) == dead_in_journal
+    paused = samples(metrics, "priority_pubsub_queue_paused")
+    assert {dict(k)["queue"]: v for k, v in paused.items()} == {
+        q["name"]: float(q["paused"] is not None) for q in state["queues"]}
+    assert page.locator("tr[data-queue='low'] .state.paused").count() == 1
+    admin = (running.directory / "journal" / "admin.jsonl").read_text().splitlines()
+    assert [json.loads(line)["action"] for line in admin] == ["pause"]
+
+
+def test_hostile_ids_reasons_and_filters_are_escaped(start: Any, page: Page) -> None:
+    running = start({})
+    hostile_id = "<img src=x onerror=\"window.__pwned=1\">"
+    hostile_reason = ("<script>window.__pwned=2</script> failed at "
+                      "https://user:hunter2@db.example/x")
+    insert_dead_letter(running.directory / "queues.db", hostile_id, hostile_reason)
+    page.goto(f"{running.url}/monitor?reason=%3Cscript%3E")
+    row = page.locator("tr.dead")
+    row.wait_for()
+    time.sleep(1)  # a few live refreshes swapped in
+    assert page.evaluate("window.__pwned") is None
+    cells = row.locator("td").all_inner_texts()
+    assert cells[0] == hostile_id
+    assert cells[2].startswith("<script>window.__pwned=2</script> failed at")
+    assert "hunter2" not in page.content()
+    assert page.locator("#dead-letters script, #dead-letters img").count() == 0
+    page.goto(f"{running.url}/monitor?id=%22%3E%3Cb%3Ex")  # a filter breaking out of value=""
+    page.wait_for_selector("#dead-letters:has-text('no dead letters')")
+    assert page.input_value("form.filter input[name='id']") == "\"><b>x"
+    assert page.locator("form.filter b").count() == 0
+
+
+def insert_dead_letter(db: Path, message_id: str, reason: str) -> None:
+    attributes = json.dumps({"dead_letter_reason": reason, "dead_letter_source": "low"})
+    conn = sqlite3.connect(db)
+    try:
+        with conn:
+            conn.execute(
+                "INSERT INTO messages (id, queue, body, attributes, enqueued_ms, visible_at_ms) "
+                "VALUES (?, 'dead', x'7b7d', ?, ?, ?)", (message_id, attributes, now_ms(),
+                                                         now_ms()))
+    finally:
+        conn.close()
+
+
+def test_a_read_token_guards_the_page_and_the_api(start: Any, chromium: Browser) -> None:
+    running = start({"read_token": "reader-secret"})
+    refused = httpx.get(f"{running.url}/api/v1/state")
+    assert refused.status_code == 401
+    assert refused.headers["WWW-Authenticate"].startswith("Basic")
+    assert httpx.get(f"{running.url}/monitor",
+                     headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert httpx.get(f"{running.url}/api/v1/state",
+                     headers={"Authorization": "Bearer reader-secret"}).status_code == 200
+    assert httpx.get(f"{running.url}/metrics").status_code == 200  # the ops routes stay open
+    context = chromium.new_context(http_credentials={"username": "", "password": "reader-secret"})
+    try:
+        page = context.new_page()
+        page.goto(f"{running.url}/monitor")
+        page.evaluate("window.__sameDocument = true")
+        with page.expect_response(f"{running.url}/monitor/live") as live:
+            pass  # the script's next refresh, with the browser's stored credentials
+        assert live.value.status == 200
+        assert page.evaluate("window.__sameDocument") is True
+    finally:
+        context.close()
