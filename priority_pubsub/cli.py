@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from priority_pubsub import __version__
 from priority_pubsub.core.errors import ConfigError, PriorityPubsubError
 from priority_pubsub.core.redaction import redact
 from priority_pubsub.dapr.flags import DaprdFlags, parse_extra
@@ -42,6 +43,21 @@ ConfigOption = Annotated[
                  "$PRIORITY_PUBSUB_CONFIG); a Dapr Configuration (daprd's --config) is read "
                  "as daprd reads it.", show_default=False),
 ]
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"priority-pubsub {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the version and exit.")] = False,
+) -> None:
+    """Priority subscriber sidecar: delivers queue messages to your app as CloudEvents."""
 
 
 def _fail(message: str, code: int) -> NoReturn:

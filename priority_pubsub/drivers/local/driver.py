@@ -50,7 +50,10 @@ from priority_pubsub.drivers.base import (
 )
 from priority_pubsub.drivers.local.sqlite_worker import SqliteWorker
 
-__all__ = ["DEAD_LETTER_REASON", "DEAD_LETTER_SOURCE", "LocalDriver", "LocalOptions"]
+__all__ = [
+    "DEAD_LETTER_REASON", "DEAD_LETTER_SOURCE", "SCHEMA_VERSION", "LocalDriver", "LocalOptions",
+    "NewerSchema",
+]
 T = TypeVar("T")
 
 _SCHEMA = """
@@ -68,6 +71,15 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_ready ON messages (queue, visible_at_ms, seq);
 """
+
+SCHEMA_VERSION = 1
+"""The queue file's layout, kept in ``PRAGMA user_version``. 0 is a file written before the
+version was recorded (0.1.0): its layout is version 1's, so opening it only records the
+number. A later layout adds a step to ``_MIGRATIONS``; a file of a version above this one was
+written by a newer release and is refused, never rewritten (an older release writing rows a
+newer one reads differently is how a queue gets mangled)."""
+_MIGRATIONS: dict[int, str] = {0: ""}
+"""From version N to N + 1: the SQL to run (0 -> 1: the layout is unchanged)."""
 
 
 _CLAIM = "UPDATE messages SET attempts = attempts + 1, lease_token = ?, visible_at_ms = ? "
@@ -112,7 +124,7 @@ class LocalDriver:
     async def start(self) -> None:
         try:
             self._db.start(asyncio.get_running_loop())
-            await self._db.call(lambda conn: conn.executescript(_SCHEMA), write=False)
+            await self._db.call(_open_schema, write=True)
         except (sqlite3.Error, OSError) as exc:
             raise DriverUnavailable(
                 f"cannot open local queue file {self.options.path}: {exc}"
@@ -393,6 +405,43 @@ class LocalDriver:
             await asyncio.to_thread(probe)
         except (sqlite3.Error, OSError) as exc:
             raise DriverUnavailable(f"local queue file {path} unusable: {exc}") from exc
+
+
+def _open_schema(conn: sqlite3.Connection) -> None:
+    """Create or upgrade the layout inside the worker's transaction; refuse a newer file."""
+    found = conn.execute("PRAGMA user_version").fetchone()[0]
+    if found > SCHEMA_VERSION:
+        raise NewerSchema(
+            f"local queue file has schema version {found}, newer than this release's "
+            f"{SCHEMA_VERSION}: written by a newer priority-pubsub; upgrade this one (or point "
+            "driver.path at another file); the file was left untouched"
+        )
+    if not _has_messages_table(conn):  # a new file: today's layout
+        _run_script(conn, _SCHEMA)
+    else:
+        for version in range(found, SCHEMA_VERSION):
+            _run_script(conn, _MIGRATIONS[version])
+    if found != SCHEMA_VERSION:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    """Statement by statement: ``executescript`` would commit the worker's transaction."""
+    for statement in filter(str.strip, script.split(";")):
+        conn.execute(statement)
+
+
+def _has_messages_table(conn: sqlite3.Connection) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'"
+    ).fetchone() is not None
+
+
+class NewerSchema(DriverError):
+    """The queue file was written by a newer release: retrying cannot help."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
 
 
 def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverError:
