@@ -15,7 +15,18 @@ class PriorityPubsubError(Exception):
 
 
 class ConfigError(PriorityPubsubError):
-    """The configuration is invalid; ``str(err)`` is one line naming the key path."""
+    """The configuration is invalid; ``str(err)`` is one line naming the key path.
+
+    A value echoed into the message may be huge (a 10 kB string where a name belongs): the
+    line is cut at ``MAX_CHARS`` so it stays readable, its head naming file and field."""
+
+    MAX_CHARS = 500
+
+    def __init__(self, message: str) -> None:
+        if len(message) > self.MAX_CHARS:
+            message = (f"{message[:self.MAX_CHARS]}... "
+                       f"({len(message) - self.MAX_CHARS} more characters)")
+        super().__init__(message)
 
 
 class DriverError(PriorityPubsubError):

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, PlainSerializer, SecretStr
+from pydantic import AfterValidator, BaseModel, PlainSerializer, SecretStr
 
 __all__ = ["CredentialUrl", "SecretUrl", "redact", "remember_secrets", "secret_values"]
 
@@ -39,7 +39,18 @@ class SecretUrl(SecretStr):
         return mask_url(self.get_secret_value())
 
 
-CredentialUrl = Annotated[SecretUrl, PlainSerializer(str, return_type=str, when_used="json")]
+def _parseable(value: SecretUrl) -> SecretUrl:
+    """A URL urllib cannot split (``redis://[]:6379``) is refused at load, with a message
+    that does not echo it: masking it later would fail instead."""
+    try:
+        urlsplit(value.get_secret_value())
+    except ValueError:
+        raise ValueError("not a URL (its host cannot be parsed)") from None
+    return value
+
+
+CredentialUrl = Annotated[SecretUrl, AfterValidator(_parseable),
+                          PlainSerializer(str, return_type=str, when_used="json")]
 """``SecretUrl`` that also dumps to JSON masked-but-readable (not as ``**********``)."""
 
 
@@ -51,7 +62,12 @@ def mask_url(url: str) -> str:
         return url
     host = parts.hostname or ""
     user = MASK if parts.password is None else f"{parts.username or ''}:{MASK}"
-    netloc = f"{user}@{host}" + (f":{parts.port}" if parts.port else "")
+    port: int | str | None
+    try:
+        port = parts.port
+    except ValueError:  # not a number: the field's own check names it; keep the text as is
+        port = parts.netloc.rpartition("@")[2].rpartition(":")[2] or None
+    netloc = f"{user}@{host}" + (f":{port}" if port else "")
     return urlunsplit(parts._replace(netloc=netloc))
 
 

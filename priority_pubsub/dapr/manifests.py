@@ -15,6 +15,14 @@ from typing import Any
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.settings.dapr import DAPR_API_GROUP
 
+MAX_FILE_BYTES = 1024 * 1024
+"""A resources file larger than this is refused unread: Kubernetes itself caps an object
+near 1.5 MB, and a manifest is a few kB (an 8 MB file took PyYAML 7 s)."""
+MAX_EXPANDED_NODES = 100_000
+"""Values a document may hold once its YAML aliases are followed. Aliases are shared when
+loaded, so a 'billion laughs' file loads small, then explodes in whatever walks it (a
+metadata value turned to text): counted before anything walks it."""
+
 
 @dataclass(frozen=True, slots=True)
 class MetadataItem:
@@ -74,12 +82,23 @@ def load_manifests(paths: tuple[Path, ...]) -> list[Manifest]:
 
 def _read_file(path: Path) -> Iterator[Manifest]:
     yaml = _yaml()
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: {size} bytes, over the {MAX_FILE_BYTES} a resources "
+                          "file may have (not a Dapr manifest?)")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster
     try:
-        documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        documents = list(yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader))
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as exc:
+        # ValueError: an integer of more digits than Python converts
         detail = " ".join(str(exc).split())[:200]
         raise ConfigError(f"{path}: cannot parse YAML: {detail}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: cannot parse YAML: nested too deeply") from None
     for document in documents:
+        if _expanded_nodes(document, {}, MAX_EXPANDED_NODES) > MAX_EXPANDED_NODES:
+            raise ConfigError(f"{path}: a document expands to more than "
+                              f"{MAX_EXPANDED_NODES} values through YAML aliases")
         if not isinstance(document, dict):
             continue  # an empty document between '---' lines
         api_version = str(document.get("apiVersion") or "")
@@ -89,6 +108,39 @@ def _read_file(path: Path) -> Iterator[Manifest]:
         if not isinstance(kind, str) or not kind:
             raise ConfigError(f"{path}: kind: required in a {api_version} manifest")
         yield Manifest(kind, api_version, _name(document, path), document, str(path))
+
+
+def _expanded_nodes(value: object, seen: dict[int, int], limit: int) -> int:
+    """How many values ``value`` holds with every alias followed, counting a shared node
+    once per reference but walking it once (``seen``). Past ``limit``, or on a node that
+    contains itself (``&a [*a]``), returns more than ``limit``. Iterative: a deeply nested
+    document must not exhaust the stack here either."""
+    stack: list[tuple[object, bool]] = [(value, False)]
+    sizes: list[int] = []
+    open_nodes: set[int] = set()
+    while stack:
+        node, finished = stack.pop()
+        if not isinstance(node, dict | list):
+            sizes.append(1)
+        elif finished:
+            children = len(node)
+            size = 1 + sum(sizes[len(sizes) - children:])
+            del sizes[len(sizes) - children:]
+            seen[id(node)] = size
+            open_nodes.discard(id(node))
+            sizes.append(size)
+        elif id(node) in seen:
+            sizes.append(seen[id(node)])
+        elif id(node) in open_nodes:
+            return limit + 1  # recursive: infinite once expanded
+        else:
+            open_nodes.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in
+                         (node.values() if isinstance(node, dict) else node))
+        if sizes and sizes[-1] > limit:
+            return sizes[-1]
+    return sizes[-1]
 
 
 def _name(document: Mapping[str, Any], path: Path) -> str:

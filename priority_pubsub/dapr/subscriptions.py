@@ -99,7 +99,10 @@ def _routes(routes: object, where: str) -> list[Rule]:
     if not isinstance(routes, dict):
         raise ConfigError(f"{where}: must be a mapping")
     rules = []
-    for index, rule in enumerate(routes.get("rules") or []):
+    listed = routes.get("rules") or []
+    if not isinstance(listed, list):
+        raise ConfigError(f"{where}.rules: must be a list")
+    for index, rule in enumerate(listed):
         if not isinstance(rule, dict) or not rule.get("path"):
             raise ConfigError(f"{where}.rules[{index}].path: required")
         rules.append(Rule(str(rule.get("match") or "").strip(), str(rule["path"])))

@@ -115,7 +115,10 @@ def apply_ttl(event: dict[str, Any], metadata: Mapping[str, str],
     """``ApplyMetadata``: a TTL becomes ``expiration`` (RFC 3339), which delivery honours."""
     seconds = ttl_s(metadata)
     if seconds is not None:
-        expiration = (now or datetime.now(UTC)) + timedelta(seconds=seconds)
+        try:
+            expiration = (now or datetime.now(UTC)) + timedelta(seconds=seconds)
+        except OverflowError:  # past year 9999: Go wraps the duration silently; refuse it
+            raise MetadataError(f"ttl of {seconds:g} s is out of range") from None
         event["expiration"] = _rfc3339(expiration)
 
 
@@ -185,6 +188,8 @@ def _first_json_value(body: bytes) -> Any:
         value, _ = json.JSONDecoder().raw_decode(stripped)
     except json.JSONDecodeError as exc:
         raise ValueError(str(exc)) from None
+    except RecursionError:  # Go's decoder stops at depth 10000 with an error too
+        raise ValueError("exceeded max depth") from None
     return value
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from priority_pubsub.core.json_text import go_json
@@ -95,6 +95,16 @@ def publish_failed(pubsub: str, topic: str, error: str) -> DaprError:
                      "DAPR_PUBSUB_PUBLISH_MESSAGE",
                      f"error when publishing to topic {topic} in pubsub {pubsub}: {error}",
                      {"topic": topic, "error": error}, resource=pubsub)
+
+
+def bulk_publish_failed(pubsub: str, topic: str, failed: list[tuple[str, str]]) -> DaprError:
+    """daprd's gRPC answer to a bulk publish with failed entries: ``publish_failed`` of the
+    first, the others enqueued. Which ones failed daprd does not say; here the ErrorInfo
+    metadata's ``failedEntries`` lists their ids (JSON), so a client can tell what is in."""
+    error = publish_failed(pubsub, topic, failed[0][1])
+    metadata = {**(error.metadata or {}),
+                "failedEntries": json.dumps([entry_id for entry_id, _ in failed])}
+    return replace(error, metadata=metadata)
 
 
 def unmarshal_events(pubsub: str, topic: str, app_id: str, error: str) -> DaprError:

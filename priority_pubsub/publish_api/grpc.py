@@ -145,7 +145,7 @@ class PublishServicer(dapr_pb2_grpc.DaprServicer):
                        for e in request.entries]
             failed = await service.publish_bulk(topic, entries, metadata, _trace(context), raw)
             if failed:
-                raise errors.publish_failed(service.pubsub_name, topic, failed[0][1])
+                raise errors.bulk_publish_failed(service.pubsub_name, topic, failed)
         except errors.DaprError as exc:
             await _abort(context, exc)
         return BulkPublishResponse()

@@ -36,11 +36,21 @@ def build_app(service: PublishService, api_token: str, max_body_bytes: int,
               metadata: SidecarMetadata, shutdown: Callable[[], None]) -> web.Application:
     app = web.Application(client_max_size=max_body_bytes,
                           middlewares=[_token_middleware(api_token)])
-    app.router.add_get("/v1.0/healthz", lambda _: _health(service))
-    app.router.add_get("/v1.0/healthz/outbound", lambda _: _health(service))
-    app.router.add_get("/v1.0/metadata", lambda _: _metadata(metadata))
+    # coroutine functions: aiohttp deprecates plain functions (lambdas) as handlers
+    async def health(_: web.Request) -> web.Response:
+        return await _health(service)
+
+    async def read_metadata(_: web.Request) -> web.Response:
+        return await _metadata(metadata)
+
+    async def shut_down(_: web.Request) -> web.Response:
+        return await _shutdown(shutdown)
+
+    app.router.add_get("/v1.0/healthz", health)
+    app.router.add_get("/v1.0/healthz/outbound", health)
+    app.router.add_get("/v1.0/metadata", read_metadata)
     app.router.add_put("/v1.0/metadata/{key}", _set_metadata(metadata))
-    app.router.add_post("/v1.0/shutdown", lambda _: _shutdown(shutdown))
+    app.router.add_post("/v1.0/shutdown", shut_down)
     bulk = _bulk_handler(service)
     single = _publish_handler(service, max_body_bytes)
     for method in ("POST", "PUT"):
@@ -129,6 +139,9 @@ def _bulk_handler(service: PublishService) -> _Handler:
                                               STREAM_TOO_LARGE) from None
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise errors.unmarshal_events(pubsub, topic, service.app_id, str(exc)) from None
+            except RecursionError:
+                raise errors.unmarshal_events(pubsub, topic, service.app_id,
+                                              "exceeded max depth") from None
             entries = _bulk_entries(service, topic, incoming)
             failed = await service.publish_bulk(topic, entries, metadata, _trace(request), raw)
         except errors.DaprError as exc:

@@ -146,7 +146,10 @@ class PublishService:
                                 source=self.app_id, metadata=metadata, trace=trace)
         except EnvelopeError as exc:
             raise errors.cloud_event_creation(self.pubsub_name, self.app_id, str(exc)) from None
-        apply_ttl(event, metadata)
+        try:
+            apply_ttl(event, metadata)
+        except MetadataError as exc:
+            raise errors.bad_metadata(self.pubsub_name, metadata, str(exc)) from None
         return serialise(event), CLOUDEVENT_JSON
 
     async def publish(self, pubsub: str, topic: str, body: bytes, content_type: str,

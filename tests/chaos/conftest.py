@@ -10,6 +10,7 @@ from tests.chaos.ledger import Accounting
 from tests.support.app import RecordingApp
 
 _REPORTED: list[Accounting] = []
+_FUZZ_LINES: list[str] = []
 
 
 @pytest.fixture
@@ -26,7 +27,17 @@ def report() -> Iterator[list[Accounting]]:
     _REPORTED.extend(rows)
 
 
+@pytest.fixture(scope="session")
+def fuzz_summary() -> list[str]:
+    """A fuzz run appends its counts line; the run's summary prints them (CI logs)."""
+    return _FUZZ_LINES
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _FUZZ_LINES:
+        terminalreporter.section("fuzz counts")
+        for line in _FUZZ_LINES:
+            terminalreporter.write_line(line)
     if not _REPORTED:
         return
     terminalreporter.section("chaos accounting")
