@@ -5,6 +5,7 @@ Each sidecar owns its registry, so tests can run several in one process.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,14 @@ from priority_pubsub.core.outcome import Kind
 DURATION_BUCKETS = (
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600,
 )
+
+
+def _tasks_alive() -> float:
+    """Counted on the loop's thread, where /metrics is rendered; NaN anywhere else."""
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:
+        return float("nan")
 
 
 class Metrics:
@@ -105,6 +114,12 @@ class Metrics:
             "1 while an operator drains this replica: nothing new is taken (runtime only).",
             registry=r,
         )
+        self.event_loop_tasks = Gauge(
+            "priority_pubsub_event_loop_tasks",
+            "asyncio tasks alive in the sidecar's loop at scrape time (one that only grows "
+            "is a leak; bench/soak.py watches it).", registry=r,
+        )
+        self.event_loop_tasks.set_function(_tasks_alive)
 
         self._queues: dict[tuple[str, int], QueueMetrics] = {}
 

@@ -33,9 +33,15 @@ def fuzz_summary() -> list[str]:
     return _FUZZ_LINES
 
 
+@pytest.fixture(scope="session")
+def report_lines() -> list[str]:
+    """Figures a run prints at the end (the soak's), beside the fuzz counts."""
+    return _FUZZ_LINES
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _FUZZ_LINES:
-        terminalreporter.section("fuzz counts")
+        terminalreporter.section("fuzz counts and soak")
         for line in _FUZZ_LINES:
             terminalreporter.write_line(line)
     if not _REPORTED:

@@ -1,0 +1,218 @@
+"""Soak: the CLI sidecar (local driver, journal on) through many messages, watched for leaks.
+
+daprd users report memory that only grows over hours (dapr/dapr #6581). This runs
+``priority-pubsub run`` against the no-op app while this process keeps a bounded backlog
+published (``--backlog``), and every ``--sample-every`` settled messages samples from outside
+the sidecar: RSS and open fds (/proc), asyncio tasks alive
+(``priority_pubsub_event_loop_tasks``) and the journal's size on disk. It reports the RSS
+slope over the second half of the run (least squares, MB per 100 k messages: the first half
+is the allocator and caches warming up) and how fds and tasks moved between the halves.
+
+    python -m bench.soak --messages 1000000 --concurrency 16       # the figure in RESULTS.md
+    python -m bench.soak --messages 120000 --check                  # what CI asserts
+
+``--check`` exits 1 when RSS grows more than ``--max-rss-slope-mb`` per 100 k messages over
+the second half, or the median fd or task count of the second half exceeds the first's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    AppProcess,
+    CliSidecar,
+    emit,
+    log,
+    proc_rss_mb,
+    raw_config,
+    rounded,
+    sample_body,
+    temp_dir,
+)
+from priority_pubsub.drivers.base import DriverContext
+from priority_pubsub.drivers.local import LocalDriver, LocalOptions
+
+QUEUES = ("high", "normal", "low")
+
+
+@dataclass(frozen=True)
+class Sample:
+    settled: int
+    elapsed_s: float
+    rss_mb: float
+    open_fds: int
+    tasks: int
+    journal_mb: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    rss_slope_mb_per_100k: float
+    """Least-squares slope of RSS against messages settled, over the second half."""
+    fds_growth: float
+    """Median fd count of the second half minus the first half's (> 0: fds leak). Medians,
+    not maxima: a scrape can meet a burst of short-lived request tasks, a leak moves the
+    count every sample sits at."""
+    tasks_growth: float
+    samples_second_half: int
+
+    def problems(self, max_rss_slope_mb: float) -> list[str]:
+        found = []
+        if self.rss_slope_mb_per_100k > max_rss_slope_mb:
+            found.append(f"RSS grows {self.rss_slope_mb_per_100k:.2f} MB per 100 k messages "
+                         f"over the second half (limit {max_rss_slope_mb})")
+        if self.fds_growth > 0:
+            found.append(f"open fds grew by {self.fds_growth} in the second half")
+        if self.tasks_growth > 0:
+            found.append(f"asyncio tasks grew by {self.tasks_growth} in the second half")
+        return found
+
+
+def verdict(samples: list[Sample]) -> Verdict:
+    """Judge a run by its halves (by messages settled, not by time)."""
+    middle = samples[-1].settled / 2
+    first = [s for s in samples if s.settled <= middle]
+    second = [s for s in samples if s.settled >= middle]
+    if len(first) < 2 or len(second) < 3:
+        raise ValueError(f"too few samples to judge ({len(samples)}): lower --sample-every")
+    slope = statistics.linear_regression([s.settled for s in second],
+                                         [s.rss_mb for s in second]).slope
+    return Verdict(
+        rss_slope_mb_per_100k=round(slope * 100_000, 3),
+        fds_growth=_median_growth([s.open_fds for s in first], [s.open_fds for s in second]),
+        tasks_growth=_median_growth([s.tasks for s in first], [s.tasks for s in second]),
+        samples_second_half=len(second),
+    )
+
+
+def _median_growth(first: list[int], second: list[int]) -> float:
+    return float(statistics.median(second) - statistics.median(first))
+
+
+def _acked(sidecar: CliSidecar) -> int:
+    """Messages acked (releases of surplus are settles too, but no message's end)."""
+    _, body = sidecar.get("/metrics")
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
+                   if line.startswith("priority_pubsub_messages_settled_total{")
+                   and 'outcome="ack"' in line))
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _journal_mb(directory: Path) -> float:
+    return sum(p.stat().st_size for p in directory.glob("journal-*")) / 1e6
+
+
+def _sample(sidecar: CliSidecar, settled: int, started: float, journal: Path) -> Sample:
+    return Sample(
+        settled=settled, elapsed_s=round(time.monotonic() - started, 2),
+        rss_mb=round(proc_rss_mb(sidecar.pid), 2), open_fds=_open_fds(sidecar.pid),
+        tasks=int(sidecar.metric_sum("priority_pubsub_event_loop_tasks")),
+        journal_mb=round(_journal_mb(journal), 2),
+    )
+
+
+async def _publish(driver: LocalDriver, start: int, count: int) -> None:
+    """``count`` messages spread over the three queues, 256 at a time (one transaction)."""
+    for chunk in range(start, start + count, 256):
+        await asyncio.gather(*(driver.publish(QUEUES[i % 3], sample_body(i))
+                               for i in range(chunk, min(chunk + 256, start + count))))
+
+
+async def soak(messages: int, concurrency: int, backlog: int, sample_every: int,
+               directory: Path, app_url: str, timeout_s: float) -> list[Sample]:
+    db = directory / "q.db"
+    config = raw_config(directory, {"type": "local", "path": str(db)}, list(QUEUES),
+                        app_url=app_url, concurrency=concurrency)
+    driver = LocalDriver(LocalOptions(path=db), DriverContext(queues=QUEUES))
+    await driver.start()
+    sidecar = CliSidecar(directory, config, name="soak")
+    samples: list[Sample] = []
+    try:
+        sidecar.wait_ready()
+        started = time.monotonic()
+        published = settled = 0
+        next_sample = 0
+        while settled < messages:
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"soak timed out after {timeout_s}s at {settled} settled")
+            if published < messages and published - settled < backlog // 2:
+                count = min(backlog - (published - settled), messages - published)
+                await _publish(driver, published, count)
+                published += count
+            settled = _acked(sidecar)
+            if settled >= next_sample:
+                samples.append(_sample(sidecar, settled, started, directory / "journal"))
+                next_sample = settled + sample_every
+                if len(samples) % 10 == 0:
+                    log(f"soak: {asdict(samples[-1])}")
+            await asyncio.sleep(0.2)
+        samples.append(_sample(sidecar, settled, started, directory / "journal"))
+    finally:
+        sidecar.stop()
+        await driver.close()
+    return samples
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import uvloop
+
+    with temp_dir("soak") as directory, AppProcess() as app:
+        samples = uvloop.run(soak(args.messages, args.concurrency, args.backlog,
+                                  args.sample_every, directory, app.url, args.timeout_s))
+    judged = verdict(samples)
+    elapsed = samples[-1].elapsed_s
+    return {
+        "messages": samples[-1].settled, "concurrency": args.concurrency,
+        "elapsed_s": elapsed, "messages_per_s": rounded(samples[-1].settled / elapsed, 0),
+        "rss_first_mb": samples[0].rss_mb, "rss_last_mb": samples[-1].rss_mb,
+        "rss_max_mb": max(s.rss_mb for s in samples),
+        "journal_mb": samples[-1].journal_mb,
+        **asdict(judged),
+        "problems": judged.problems(args.max_rss_slope_mb),
+        "samples": [asdict(s) for s in samples],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--backlog", type=int, default=20_000,
+                        help="published but not yet settled, kept below this")
+    parser.add_argument("--sample-every", type=int, default=None,
+                        help="messages between samples (default: messages / 100)")
+    parser.add_argument("--max-rss-slope-mb", type=float, default=2.0)
+    parser.add_argument("--timeout-s", type=float, default=6 * 3600)
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when RSS, fds or tasks grow beyond the limits")
+    args = parser.parse_args()
+    args.sample_every = args.sample_every or max(1, args.messages // 100)
+    result = run(args)
+    emit("soak", result,
+         ["messages", "msg/s", "RSS first/last/max MB", "RSS slope 2nd half MB/100k",
+          "fds growth", "tasks growth", "journal MB"],
+         [[result["messages"], result["messages_per_s"],
+           f"{result['rss_first_mb']}/{result['rss_last_mb']}/{result['rss_max_mb']}",
+           result["rss_slope_mb_per_100k"], result["fds_growth"], result["tasks_growth"],
+           result["journal_mb"]]])
+    for problem in result["problems"]:
+        log(f"LEAK: {problem}")
+    if args.check and result["problems"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

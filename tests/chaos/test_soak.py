@@ -1,0 +1,38 @@
+"""The CI leak check: ``bench.soak`` run short (100 k messages through the CLI sidecar on the
+local driver at c=16, ~60-90 s). It fails when RSS grows more than 2 MB per 100 k messages
+over the second half of the run, or the open fds or asyncio tasks the sidecar sits at grow
+between the halves. The 1 M run and its figure: ``bench/RESULTS.md``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.chaos, pytest.mark.local]
+
+REPO = Path(__file__).resolve().parents[2]
+MESSAGES = 100_000
+
+
+@pytest.mark.timeout(400)
+def test_no_leak_over_100k_messages(report_lines: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.soak", "--messages", str(MESSAGES), "--concurrency",
+         "16", "--sample-every", "2000", "--max-rss-slope-mb", "2", "--check",
+         "--timeout-s", "360"],
+        cwd=REPO, capture_output=True, text=True, timeout=390,
+    )
+    assert result.stdout, result.stderr[-3000:]
+    soak = json.loads(result.stdout)
+    report_lines.append(
+        f"soak {soak['messages']} messages in {soak['elapsed_s']} s: RSS "
+        f"{soak['rss_first_mb']} -> {soak['rss_last_mb']} MB, slope over the second half "
+        f"{soak['rss_slope_mb_per_100k']} MB/100k, fds growth {soak['fds_growth']}, "
+        f"tasks growth {soak['tasks_growth']}, journal {soak['journal_mb']} MB")
+    assert soak["messages"] >= MESSAGES
+    assert soak["problems"] == [], soak["problems"]
+    assert result.returncode == 0, result.stderr[-3000:]
