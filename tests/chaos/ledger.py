@@ -4,10 +4,13 @@ waiting in a queue: it must be 0."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from priority_pubsub.drivers.registry import build_driver
+from priority_pubsub.settings.config import load_config
 from priority_pubsub.telemetry.journal import read_journal_lines
 from tests.e2e.helpers import queue_rows
 from tests.support.app import Received
@@ -72,3 +75,24 @@ def journal_outcomes(directory: Path) -> dict[str, list[str]]:
         for record in read_journal_lines(path)[0]:
             outcomes.setdefault(str(record["message_id"]), []).append(str(record["outcome"]))
     return outcomes
+
+
+def drain_bodies(config: Path, queues: list[str], wait_s: float = 1.0) -> list[bytes]:
+    """Receive and ack everything ``queues`` still hold, through the driver ``config`` names
+    (any broker): what the ledger counts as waiting. Run after the sidecars stopped."""
+
+    async def drain() -> list[bytes]:
+        driver = build_driver(load_config(config))
+        await driver.start()
+        bodies: list[bytes] = []
+        try:
+            for queue in queues:
+                while batch := await driver.receive(queue, 100, wait_s):
+                    bodies += [message.body for message in batch]
+                    for message in batch:
+                        await driver.ack(message)
+        finally:
+            await driver.close()
+        return bodies
+
+    return asyncio.run(drain())
