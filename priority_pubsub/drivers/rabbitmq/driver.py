@@ -15,6 +15,13 @@ Design choices, and why:
   channel closes; the driver also returns it (``basic.nack``, requeue) when its lease deadline
   passes without an ``extend``, like a visibility timeout, and refuses to settle it after
   that (``LeaseLost``).
+* **A crashed holder's lease holds.** RabbitMQ requeues a dead connection's unacked
+  deliveries at once, so a replica killed mid-task would have its task started again
+  elsewhere while its app still runs the first copy. A delivery marked ``redelivered`` is
+  therefore parked (``hold_redelivered``): copied to the delay queue of one lease (TTL, then
+  back to its queue) and acked, never handed to the app, so it comes back when the dead
+  holder's lease would have ended. The driver's own hand-backs (a lapsed lease, a cancelled
+  receive) are copies too, not requeues, so they are not parked twice.
 * **consumer_timeout.** RabbitMQ closes a channel whose oldest unacked delivery is older than
   the server's ``consumer_timeout`` (30 min by default) — ``basic.get`` deliveries included
   (checked on 3.10.8), and 3.10 has no per-queue ``x-consumer-timeout``. So a delivery older
@@ -101,6 +108,10 @@ class RabbitOptions(DriverOptions):
     delivery_mode: Literal["persistent", "transient"] = "persistent"
     """How ``publish`` sends new messages (Dapr's ``deliveryMode``: 2 persistent, else
     transient); copies (retries, dead letters) keep the mode of the message they copy."""
+    hold_redelivered: bool = True
+    """A delivery RabbitMQ marks redelivered (its holder's connection died: a crashed or cut
+    off replica whose app may still be running it) is parked for one lease before the app
+    sees it, as the other brokers keep a crashed holder's lease (see the module docstring)."""
     consumer_timeout_s: float = Field(default=1800, gt=0)
     """The server's ``consumer_timeout``: deliveries older than half of it are renewed."""
     connect_timeout_s: float = Field(default=10, gt=0)
@@ -257,9 +268,13 @@ class RabbitMQDriver:
             got = await self._get_some(channel, physical, count)
             if not got and wait_s > 0 and not pending.abandoned.is_set():
                 got = await self._consume_some(channel, physical, count, wait_s, pending)
+        if got and pending.abandoned.is_set():
+            await self._hand_back_quietly(got, physical)
+        elif self.options.hold_redelivered:
+            got = await self._park_redelivered(got, physical)
         if not got or pending.abandoned.is_set():
             with contextlib.suppress(Exception):
-                await channel.close()  # returns anything it got to the queue
+                await channel.close()
             return []
         batch = _Batch(channel, open=len(got))
         received_ms = now_ms()
@@ -305,6 +320,37 @@ class RabbitMQDriver:
         await asyncio.sleep(0)  # deliveries before the cancel-ok run their callbacks first
         return got
 
+    async def _park_redelivered(self, got: list[AbstractIncomingMessage],
+                                physical: str) -> list[AbstractIncomingMessage]:
+        """Park what a dead holder left (module docstring); the rest goes to the app."""
+        fresh = [incoming for incoming in got if not incoming.redelivered]
+        if len(fresh) == len(got):
+            return got
+        lease_ms = math.ceil(self.context.lease_duration_s * 1000)
+        connection = await self._link()
+        with map_errors(map_error, f"park redelivered on {physical}"):
+            parking = await Declarer(connection, self._layout).delay_queue(physical, lease_ms)
+            for incoming in got:
+                if incoming.redelivered:
+                    attempt = read_delivery(incoming, 0).attempt
+                    await self._publish("", parking, copy_of(incoming, attempt=attempt))
+                    await incoming.ack()
+                    log.info("redelivered message parked for one lease (its holder died)",
+                             message_id=incoming.message_id, queue=physical)
+        return fresh
+
+    async def _hand_back_quietly(self, got: list[AbstractIncomingMessage],
+                                 physical: str) -> None:
+        """A cancelled receive's deliveries: copies back to the queue, not requeues (which
+        would mark them redelivered, and parked, though nobody saw them)."""
+        for incoming in got:
+            try:
+                await self._publish("", physical, copy_of(
+                    incoming, attempt=read_delivery(incoming, 0).attempt))
+                await incoming.ack()
+            except Exception as exc:  # the channel closes below: the broker requeues it
+                log.debug("handing back a cancelled receive failed", error=str(exc))
+
     def _message(self, queue: str, incoming: AbstractIncomingMessage, batch: _Batch,
                  physical: str, received_ms: int) -> Message:
         reading = read_delivery(incoming, received_ms)
@@ -339,8 +385,10 @@ class RabbitMQDriver:
 
     async def _return_quietly(self, held: _Held) -> None:
         try:
-            if not held.batch.channel.is_closed:
-                await held.incoming.nack(requeue=True)
+            if not held.batch.channel.is_closed:  # a copy (counted), not a requeue: see above
+                attempt = read_delivery(held.incoming, 0).attempt + 1
+                await self._publish("", held.physical, copy_of(held.incoming, attempt=attempt))
+                await held.incoming.ack()
         except Exception as exc:  # the channel is gone: the broker returned it already
             log.debug("returning a lapsed delivery failed", error=str(exc))
         finally:
