@@ -1,6 +1,6 @@
 """kill -9 under load with two replicas, on each broker in ``BROKERS``: nothing lost.
 
-Two sidecars share two queues; one is killed with SIGKILL five times while both work and
+Two sidecars share two queues; one is killed with SIGKILL three times while both work and
 messages are published to both queues throughout, and restarted each time. With a 2 s lease
 the killed replica's messages are taken over when their lease ends. Every message must be
 delivered and acked, none dead, none lost; a crash costs duplicates (the messages in the
@@ -30,9 +30,14 @@ pytestmark = pytest.mark.chaos
 BROKERS = [
     pytest.param("local_topology", marks=pytest.mark.local, id="local"),
     pytest.param("pubsub_topology", marks=pytest.mark.gcp, id="gcp_pubsub"),
+    pytest.param("sqs_topology", marks=pytest.mark.sqs, id="sqs"),
+    pytest.param("servicebus_topology", marks=pytest.mark.azure, id="azure_servicebus"),
+    pytest.param("redis_topology", marks=pytest.mark.redis, id="redis"),
+    pytest.param("rabbitmq_topology", marks=pytest.mark.rabbitmq, id="rabbitmq"),
 ]
-MESSAGES = 800
-KILLS = 5
+MESSAGES = 400
+KILLS = 3
+"""Lean: six brokers share CI's 40 minutes (each run ~20-40 s here)."""
 CONCURRENCY = 4
 PUBLISH_GAP_S = 0.01
 """Publishing spreads over the whole kill schedule (~10 s and more)."""
@@ -46,9 +51,22 @@ def topology(request: pytest.FixtureRequest) -> Topology:
 
 def _publish_throughout(topology: Topology, queues: list[str], published: list[str]) -> None:
     for n in range(MESSAGES):
-        topology.publish(queues[n % 2], json.dumps(n).encode())
+        _publish_until_accepted(topology, queues[n % 2], json.dumps(n).encode())
         published.append(str(n))
         time.sleep(PUBLISH_GAP_S)
+
+
+def _publish_until_accepted(topology: Topology, queue: str, body: bytes) -> None:
+    """A publisher's own connection may drop under this load (the Service Bus test broker's
+    did): sent again, it counts as published once the broker accepted it."""
+    for attempt in range(20):
+        try:
+            topology.publish(queue, body)
+            return
+        except Exception:
+            if attempt == 19:
+                raise
+            time.sleep(0.2)
 
 
 @pytest.mark.timeout(300)

@@ -7,7 +7,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusSubQueue
+from azure.servicebus import (
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusSender,
+    ServiceBusSubQueue,
+)
 
 from tests.support.servicebus import ServiceBusBroker
 from tests.support.topologies.base import DeadLetter
@@ -27,6 +32,9 @@ class ServiceBusTopology:
         self.prefix = f"e{uuid.uuid4().hex[:8]}"
         self.client = ServiceBusClient.from_connection_string(broker.connection_string)
         self.created: list[str] = []
+        self._senders: dict[str, ServiceBusSender] = {}
+        """One sender per queue, kept open: a link per message made a publisher thread too
+        slow for the chaos ledger's schedule on a loaded machine."""
 
     def queue(self, suffix: str, lease_s: float = 2.0, max_delivery_count: int = 20) -> str:
         name = f"{self.prefix}-{suffix}"
@@ -39,9 +47,16 @@ class ServiceBusTopology:
                 attributes: Mapping[str, str] | None = None) -> None:
         properties: dict[str | bytes, Any] = {}
         properties.update((attributes or {}).items())
-        with self.client.get_queue_sender(queue) as sender:
+        sender = self._senders.get(queue)
+        if sender is None:
+            sender = self._senders[queue] = self.client.get_queue_sender(queue)
+        try:
             sender.send_messages(ServiceBusMessage(body, content_type="application/json",
                                                    application_properties=properties))
+        except Exception:
+            self._senders.pop(queue, None)  # a fresh link next time
+            sender.close()
+            raise
 
     def dead_letters(self) -> list[DeadLetter]:
         letters: list[DeadLetter] = []
@@ -66,4 +81,7 @@ class ServiceBusTopology:
         return None  # native: every queue has its own $DeadLetterQueue
 
     def close(self) -> None:
+        for sender in self._senders.values():
+            sender.close()
+        self._senders.clear()
         self.client.close()
