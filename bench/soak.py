@@ -12,7 +12,9 @@ is the allocator and caches warming up) and how fds and tasks moved between the 
     python -m bench.soak --messages 120000 --check                  # what CI asserts
 
 ``--check`` exits 1 when RSS grows more than ``--max-rss-slope-mb`` per 100 k messages over
-the second half, or the median fd or task count of the second half exceeds the first's.
+the second half, or the sidecar idle after the run holds more open fds or asyncio tasks
+than idle before it (after 1,000 warm-up messages; under load the counts vary with the
+requests under way at a scrape, idle they are exact).
 """
 
 from __future__ import annotations
@@ -59,25 +61,29 @@ class Verdict:
     rss_slope_mb_per_100k: float
     """Least-squares slope of RSS against messages settled, over the second half."""
     fds_growth: float
-    """Median fd count of the second half minus the first half's (> 0: fds leak). Medians,
-    not maxima: a scrape can meet a burst of short-lived request tasks, a leak moves the
-    count every sample sits at."""
+    """Median fd count of the second half minus the first half's (information: under load
+    a scrape meets a varying number of requests under way)."""
     tasks_growth: float
     samples_second_half: int
+    idle_fds_growth: int = 0
+    """Open fds idle after the run minus idle before it (> 0: a leak). Idle, the count is
+    exact: no request under way, every receiver waiting."""
+    idle_tasks_growth: int = 0
 
     def problems(self, max_rss_slope_mb: float) -> list[str]:
         found = []
         if self.rss_slope_mb_per_100k > max_rss_slope_mb:
             found.append(f"RSS grows {self.rss_slope_mb_per_100k:.2f} MB per 100 k messages "
                          f"over the second half (limit {max_rss_slope_mb})")
-        if self.fds_growth > 0:
-            found.append(f"open fds grew by {self.fds_growth} in the second half")
-        if self.tasks_growth > 0:
-            found.append(f"asyncio tasks grew by {self.tasks_growth} in the second half")
+        if self.idle_fds_growth > 0:
+            found.append(f"open fds idle grew by {self.idle_fds_growth} over the run")
+        if self.idle_tasks_growth > 0:
+            found.append(f"asyncio tasks idle grew by {self.idle_tasks_growth} over the run")
         return found
 
 
-def verdict(samples: list[Sample]) -> Verdict:
+def verdict(samples: list[Sample], idle_before: tuple[int, int],
+            idle_after: tuple[int, int]) -> Verdict:
     """Judge a run by its halves (by messages settled, not by time)."""
     middle = samples[-1].settled / 2
     first = [s for s in samples if s.settled <= middle]
@@ -91,6 +97,8 @@ def verdict(samples: list[Sample]) -> Verdict:
         fds_growth=_median_growth([s.open_fds for s in first], [s.open_fds for s in second]),
         tasks_growth=_median_growth([s.tasks for s in first], [s.tasks for s in second]),
         samples_second_half=len(second),
+        idle_fds_growth=idle_after[0] - idle_before[0],
+        idle_tasks_growth=idle_after[1] - idle_before[1],
     )
 
 
@@ -104,6 +112,18 @@ def _acked(sidecar: CliSidecar) -> int:
     return int(sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
                    if line.startswith("priority_pubsub_messages_settled_total{")
                    and 'outcome="ack"' in line))
+
+
+async def _idle(sidecar: CliSidecar) -> tuple[int, int]:
+    """(open fds, asyncio tasks) of the idle sidecar: the least of a few scrapes 0.3 s apart,
+    after 2 s without work (the receivers back to waiting)."""
+    await asyncio.sleep(2)
+    seen = []
+    for _ in range(5):
+        seen.append((_open_fds(sidecar.pid),
+                     int(sidecar.metric_sum("priority_pubsub_event_loop_tasks"))))
+        await asyncio.sleep(0.3)
+    return min(fds for fds, _ in seen), min(tasks for _, tasks in seen)
 
 
 def _open_fds(pid: int) -> int:
@@ -131,7 +151,8 @@ async def _publish(driver: LocalDriver, start: int, count: int) -> None:
 
 
 async def soak(messages: int, concurrency: int, backlog: int, sample_every: int,
-               directory: Path, app_url: str, timeout_s: float) -> list[Sample]:
+               directory: Path, app_url: str, timeout_s: float
+               ) -> tuple[list[Sample], tuple[int, int], tuple[int, int]]:
     db = directory / "q.db"
     config = raw_config(directory, {"type": "local", "path": str(db)}, list(QUEUES),
                         app_url=app_url, concurrency=concurrency)
@@ -141,8 +162,14 @@ async def soak(messages: int, concurrency: int, backlog: int, sample_every: int,
     samples: list[Sample] = []
     try:
         sidecar.wait_ready()
+        await _publish(driver, 0, 1000)  # warm: every code path once, then idle
+        published = settled = 1000
+        for _ in range(600):  # at most a minute
+            if _acked(sidecar) >= 1000:
+                break
+            await asyncio.sleep(0.1)
+        idle_before = await _idle(sidecar)
         started = time.monotonic()
-        published = settled = 0
         next_sample = 0
         while settled < messages:
             if time.monotonic() - started > timeout_s:
@@ -159,19 +186,21 @@ async def soak(messages: int, concurrency: int, backlog: int, sample_every: int,
                     log(f"soak: {asdict(samples[-1])}")
             await asyncio.sleep(0.2)
         samples.append(_sample(sidecar, settled, started, directory / "journal"))
+        idle_after = await _idle(sidecar)
     finally:
         sidecar.stop()
         await driver.close()
-    return samples
+    return samples, idle_before, idle_after
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import uvloop
 
     with temp_dir("soak") as directory, AppProcess() as app:
-        samples = uvloop.run(soak(args.messages, args.concurrency, args.backlog,
-                                  args.sample_every, directory, app.url, args.timeout_s))
-    judged = verdict(samples)
+        samples, idle_before, idle_after = uvloop.run(soak(
+            args.messages + 1000, args.concurrency, args.backlog, args.sample_every,
+            directory, app.url, args.timeout_s))
+    judged = verdict(samples, idle_before, idle_after)
     elapsed = samples[-1].elapsed_s
     return {
         "messages": samples[-1].settled, "concurrency": args.concurrency,
@@ -179,6 +208,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rss_first_mb": samples[0].rss_mb, "rss_last_mb": samples[-1].rss_mb,
         "rss_max_mb": max(s.rss_mb for s in samples),
         "journal_mb": samples[-1].journal_mb,
+        "idle_fds_before_after": [idle_before[0], idle_after[0]],
+        "idle_tasks_before_after": [idle_before[1], idle_after[1]],
         **asdict(judged),
         "problems": judged.problems(args.max_rss_slope_mb),
         "samples": [asdict(s) for s in samples],
@@ -203,11 +234,11 @@ def main() -> None:
     result = run(args)
     emit("soak", result,
          ["messages", "msg/s", "RSS first/last/max MB", "RSS slope 2nd half MB/100k",
-          "fds growth", "tasks growth", "journal MB"],
+          "idle fds before/after", "idle tasks before/after", "journal MB"],
          [[result["messages"], result["messages_per_s"],
            f"{result['rss_first_mb']}/{result['rss_last_mb']}/{result['rss_max_mb']}",
-           result["rss_slope_mb_per_100k"], result["fds_growth"], result["tasks_growth"],
-           result["journal_mb"]]])
+           result["rss_slope_mb_per_100k"], result["idle_fds_before_after"],
+           result["idle_tasks_before_after"], result["journal_mb"]]])
     for problem in result["problems"]:
         log(f"LEAK: {problem}")
     if args.check and result["problems"]:
