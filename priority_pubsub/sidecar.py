@@ -46,6 +46,9 @@ from priority_pubsub.telemetry.tracing import build_tracer
 from priority_pubsub.telemetry.watchdog import LoopWatchdog
 
 log = get_logger(__name__)
+READINESS_PING_S = 2.0
+"""A broker behind a network that drops packets answers nothing: /readyz says so within
+this, instead of hanging until the driver's own call timeout (10-30 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +161,12 @@ class Sidecar:
             return "driver unreachable: last receive failed"
         if isinstance(self.driver, Pinger):
             try:
-                await self.driver.ping()
+                async with asyncio.timeout(READINESS_PING_S):
+                    await self.driver.ping()
             except DriverError as exc:
                 return f"driver unreachable: {exc}"
+            except TimeoutError:
+                return f"driver unreachable: no answer to a ping within {READINESS_PING_S:g} s"
         return None
 
     def request_stop(self) -> None:

@@ -54,6 +54,9 @@ class AppSlot:
             self._give_back()
 
 
+RECEIVE_BACKOFF_MAX_S = 5.0
+
+
 class Receiver:
     def __init__(
         self,
@@ -157,7 +160,9 @@ class Receiver:
         await self._drain()
 
     async def _receive_loop(self) -> None:
-        backoff = Backoff(initial_s=0.5, max_s=30.0)
+        # at most 5 s between tries: a broker back (a healed network, a restart) is used
+        # again within seconds; a failing receive every 5 s costs a down broker nothing
+        backoff = Backoff(initial_s=0.5, max_s=RECEIVE_BACKOFF_MAX_S)
         while True:
             if not self._open.is_set():
                 await self._open.wait()

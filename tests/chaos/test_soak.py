@@ -31,8 +31,9 @@ def test_no_leak_over_100k_messages(report_lines: list[str]) -> None:
     report_lines.append(
         f"soak {soak['messages']} messages in {soak['elapsed_s']} s: RSS "
         f"{soak['rss_first_mb']} -> {soak['rss_last_mb']} MB, slope over the second half "
-        f"{soak['rss_slope_mb_per_100k']} MB/100k, fds growth {soak['fds_growth']}, "
-        f"tasks growth {soak['tasks_growth']}, journal {soak['journal_mb']} MB")
+        f"{soak['rss_slope_mb_per_100k']} MB/100k, idle fds before/after "
+        f"{soak['idle_fds_before_after']}, idle tasks before/after "
+        f"{soak['idle_tasks_before_after']}, journal {soak['journal_mb']} MB")
     assert soak["messages"] >= MESSAGES
     assert soak["problems"] == [], soak["problems"]
     assert result.returncode == 0, result.stderr[-3000:]

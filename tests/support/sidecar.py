@@ -81,7 +81,10 @@ class SidecarProcess:
     """``priority-pubsub run`` in a subprocess with its own ops port and captured logs."""
 
     def __init__(self, directory: Path, config: dict[str, Any], name: str = "sidecar",
-                 env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+                 env: dict[str, str] | None = None, args: tuple[str, ...] = (),
+                 prefix: tuple[str, ...] = ()) -> None:
+        """``prefix``: what runs the command (``ip netns exec NAME``, which execs it: the
+        process is the sidecar's own, signals reach it)."""
         self.port = free_port()
         config = {**config, "server": {**config.get("server", {}), "port": self.port}}
         self.config_path = write_config(directory, config, f"{name}.yaml")
@@ -89,8 +92,8 @@ class SidecarProcess:
         self._env = {**os.environ, **(env or {})}
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "priority_pubsub", "run", "-c", str(self.config_path),
-             *args],
+            [*prefix, sys.executable, "-m", "priority_pubsub", "run", "-c",
+             str(self.config_path), *args],
             stdout=self._log, stderr=subprocess.STDOUT, env=self._env,
         )
 

@@ -134,6 +134,9 @@ def whole_seconds(seconds: float, *, upper: int = MAX_VISIBILITY_S) -> int:
     return max(0, min(upper, math.ceil(seconds - 1e-9)))
 
 
+READ_MARGIN_S = 10.0
+
+
 class SqsApi:
     """One boto3 SQS client (thread-safe) plus the few calls the driver makes."""
 
@@ -144,12 +147,15 @@ class SqsApi:
         endpoint_url: str | None,
         max_connections: int,
         connect_timeout_s: float,
+        longest_poll_s: float = MAX_WAIT_TIME_S,
     ) -> None:
         self._config = botocore.config.Config(
             max_pool_connections=max_connections,
             connect_timeout=connect_timeout_s,
-            # a long poll holds the socket for up to 20 s; leave room for a slow answer
-            read_timeout=MAX_WAIT_TIME_S + 40,
+            # A long poll holds the socket for up to ``longest_poll_s``; 10 s more is room
+            # for a slow answer. Not more: a network that drops packets silently hangs every
+            # call this long (and botocore tries 3 times).
+            read_timeout=longest_poll_s + READ_MARGIN_S,
             retries={"mode": "standard", "max_attempts": 3},
         )
         self._region = region

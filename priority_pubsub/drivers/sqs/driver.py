@@ -223,6 +223,7 @@ class SqsDriver:
             region=options.region, endpoint_url=options.endpoint,
             max_connections=options.max_connections,
             connect_timeout_s=options.connect_timeout_s,
+            longest_poll_s=max(options.wait_time_s, options.empty_poll_wait_s),
         )
         self._executor: ThreadPoolExecutor | None = None
         self._urls: dict[str, str] = {}
