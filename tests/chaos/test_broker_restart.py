@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
-import httpx
 import pytest
 
 from tests.chaos.ledger import Accounting, account
@@ -81,12 +80,6 @@ def moto(moto_server: MotoServer) -> Iterator[RestartableMoto]:
     server.close()
 
 
-def _readyz(sidecar: SidecarProcess) -> int:
-    try:
-        return httpx.get(f"{sidecar.ops_url}/readyz", timeout=2).status_code
-    except httpx.HTTPError:
-        return 0
-
 
 def test_sqs_broker_killed_and_restarted(
     tmp_path: Path, app: RecordingApp, moto: RestartableMoto, report: list[Accounting]
@@ -105,7 +98,7 @@ def test_sqs_broker_killed_and_restarted(
 
         moto.kill_9()
         killed = time.monotonic()
-        wait_until(lambda: _readyz(sidecar) == 503, timeout_s=10, interval_s=0.1)
+        wait_until(lambda: sidecar.ready_status() == 503, timeout_s=10, interval_s=0.1)
         not_ready_after_s = time.monotonic() - killed
         time.sleep(max(0.0, DOWN_S - not_ready_after_s))
         assert sidecar.process.poll() is None, sidecar.logs()
@@ -116,7 +109,7 @@ def test_sqs_broker_killed_and_restarted(
         wait_until(lambda: len(app.received) >= 2 * BATCH, timeout_s=60)
         resumed_after_s = time.monotonic() - restarted
         wait_until(lambda: sum(moto.depth(q) for q in QUEUES) == 0, timeout_s=30)
-        wait_until(lambda: _readyz(sidecar) == 200, timeout_s=30)
+        wait_until(lambda: sidecar.ready_status() == 200, timeout_s=30)
     finally:
         assert sidecar.stop() == 0
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aio_pika
-import httpx
 import pytest
 
 from tests.chaos.ledger import Accounting, account, drain_bodies
@@ -116,12 +115,6 @@ def broker(request: pytest.FixtureRequest) -> DurableBroker:
     return found
 
 
-def _readyz(sidecar: SidecarProcess) -> int:
-    try:
-        return httpx.get(f"{sidecar.ops_url}/readyz", timeout=2).status_code
-    except httpx.HTTPError:
-        return 0
-
 
 def _publish_throughout(broker: DurableBroker, queues: list[str], published: list[str]) -> None:
     """Every message until the broker accepted it: one refused while it is down is sent
@@ -158,13 +151,13 @@ def test_durable_broker_killed_under_load(
         wait_until(lambda: len(app.received) > MESSAGES // 3, timeout_s=60)
         broker.kill_9()
         killed = time.monotonic()
-        wait_until(lambda: _readyz(sidecar) == 503, timeout_s=30, interval_s=0.1)
+        wait_until(lambda: sidecar.ready_status() == 503, timeout_s=30, interval_s=0.1)
         not_ready_after_s = time.monotonic() - killed
         time.sleep(max(0.0, DOWN_S - not_ready_after_s))
         assert sidecar.process.poll() is None, sidecar.logs()
         broker.start()
         restarted = time.monotonic()
-        wait_until(lambda: _readyz(sidecar) == 200, timeout_s=60, interval_s=0.1)
+        wait_until(lambda: sidecar.ready_status() == 200, timeout_s=60, interval_s=0.1)
         ready_after_s = time.monotonic() - restarted
         publisher.join()
         with contextlib.suppress(AssertionError):  # what is missing is accounted below

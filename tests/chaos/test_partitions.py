@@ -69,24 +69,36 @@ def _wait_listening(namespace: Namespace, port: int, timeout_s: float = 30) -> N
 
 
 @contextlib.contextmanager
+def serving(cut: Partition, argv: list[str], port: int,
+            **popen: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """``argv`` run in the broker namespace until it listens on ``port``; killed after."""
+    process = subprocess.Popen(cut.broker.command(*argv), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, **popen)
+    try:
+        _wait_listening(cut.broker, port, timeout_s=120)
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            if popen.get("start_new_session"):
+                os.killpg(process.pid, signal.SIGKILL)  # its whole group (Erlang's children)
+            else:
+                process.kill()
+        process.wait(10)
+
+
+@contextlib.contextmanager
 def redis_in(cut: Partition, directory: Path) -> Iterator[Broker]:
     from tests.support.topologies.redis import RedisTopology
 
     port = free_port()
-    process = subprocess.Popen(
-        cut.broker.command("redis-server", "--port", str(port), "--bind", cut.broker.address,
-                           "--protected-mode", "no", "--save", "", "--appendonly", "yes",
-                           "--dir", str(directory)),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_listening(cut.broker, port)
+    argv = ["redis-server", "--port", str(port), "--bind", cut.broker.address,
+            "--protected-mode", "no", "--save", "", "--appendonly", "yes",
+            "--dir", str(directory)]
+    with serving(cut, argv, port) as process:
         url = f"redis://{cut.broker.address}:{port}/0"
         topology = cut.broker.call(lambda: RedisTopology(url))
         yield Broker(topology, process, {"call_timeout_s": 5, "connect_timeout_s": 3,
                                          "reclaim_interval_s": 1})
-    finally:
-        process.kill()
-        process.wait(10)
 
 
 @contextlib.contextmanager
@@ -97,21 +109,14 @@ def sqs_in(cut: Partition, directory: Path) -> Iterator[Broker]:
     from tests.support.topologies.sqs import SqsTopology
 
     port = free_port()
-    process = subprocess.Popen(
-        cut.broker.command(sys.executable, "-m", "tests.support.moto_atomic_receive", "-H",
-                           cut.broker.address, "-p", str(port)),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_listening(cut.broker, port)
+    argv = [sys.executable, "-m", "tests.support.moto_atomic_receive", "-H",
+            cut.broker.address, "-p", str(port)]
+    with serving(cut, argv, port) as process, pytest.MonkeyPatch.context() as patch:
+        for name, value in CREDENTIALS.items():
+            patch.setenv(name, value)
         endpoint = f"http://{cut.broker.address}:{port}"
-        with pytest.MonkeyPatch.context() as patch:
-            for name, value in CREDENTIALS.items():
-                patch.setenv(name, value)
-            topology = cut.broker.call(lambda: SqsTopology(MotoServer(endpoint)))
-            yield Broker(topology, process, {"connect_timeout_s": 3, "wait_time_s": 2})
-    finally:
-        process.kill()
-        process.wait(10)
+        topology = cut.broker.call(lambda: SqsTopology(MotoServer(endpoint)))
+        yield Broker(topology, process, {"connect_timeout_s": 3, "wait_time_s": 2})
 
 
 @contextlib.contextmanager
@@ -132,18 +137,11 @@ def rabbitmq_in(cut: Partition, directory: Path) -> Iterator[Broker]:
         f"127.0.0.1:{server.port}", f"{cut.broker.address}:{server.port}")
     (directory / "rabbitmq.conf").write_text(config)
     environment["RABBITMQ_NODE_IP_ADDRESS"] = cut.broker.address
-    process = subprocess.Popen(cut.broker.command(binary), env=environment,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    try:
-        _wait_listening(cut.broker, server.port, timeout_s=120)
+    with serving(cut, [binary], server.port, env=environment,
+                 start_new_session=True) as process:  # the Erlang VM and its children
         url = f"amqp://guest:guest@{cut.broker.address}:{server.port}/"
         topology = cut.broker.call(lambda: RabbitTopology(url))
         yield Broker(topology, process, {"connect_timeout_s": 3, "call_timeout_s": 5})
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(10)
 
 
 BROKERS = [

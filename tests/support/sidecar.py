@@ -114,6 +114,13 @@ class SidecarProcess:
             time.sleep(0.05)
         raise AssertionError(f"sidecar not ready in {timeout_s}s:\n{self.logs()}")
 
+    def ready_status(self) -> int:
+        """``/readyz``'s status now; 0 when it does not answer within 3 s."""
+        try:
+            return httpx.get(f"{self.ops_url}/readyz", timeout=3).status_code
+        except httpx.HTTPError:
+            return 0
+
     def metrics(self) -> str:
         return httpx.get(f"{self.ops_url}/metrics", timeout=5).text
 
