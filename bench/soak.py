@@ -41,7 +41,7 @@ from bench.common import (
     temp_dir,
 )
 from priority_pubsub.drivers.base import DriverContext
-from priority_pubsub.drivers.local import LocalDriver, LocalOptions
+from priority_pubsub.drivers.local.driver import LocalDriver, LocalOptions
 
 QUEUES = ("high", "normal", "low")
 

@@ -20,8 +20,8 @@ import httpx
 from dapr.proto.runtime.v1 import dapr_pb2_grpc
 from grpc_status import rpc_status
 
-from priority_pubsub.settings.config import Settings, validate_config
 from priority_pubsub.publish_api.server import serving
+from priority_pubsub.settings.config import Settings, validate_config
 from tests.support.quickstarts import publish_api
 from tests.support.sidecar import local_config
 

@@ -16,8 +16,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from priority_pubsub.dapr.setup import load
 from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.dapr.setup import load
 from tests.chaos.publish_api_harness import FuzzCounts
 
 pytestmark = [pytest.mark.chaos]

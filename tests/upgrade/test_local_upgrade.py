@@ -37,7 +37,8 @@ DELAY_S = 3.0
 
 def old_source_tree(target: Path) -> Path:
     """``git archive`` of the old commit (no worktree bookkeeping left in the repository),
-    with priority_pubsub/drivers/ and priority_pubsub/transforms/ linked where the installed package has them."""
+    with its top-level drivers/ and transforms/ linked inside its priority_pubsub/ (where
+    that release installed them)."""
     try:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD_COMMIT],
                                  capture_output=True, check=True, timeout=60).stdout
