@@ -100,6 +100,8 @@ def test_kill_9_under_load_with_two_replicas(
         publisher.join()
         with contextlib.suppress(AssertionError):  # what is missing is accounted below
             wait_until(lambda: len(delivered()) >= MESSAGES, timeout_s=60)
+        # a SIGTERM before its signal handlers are set kills a sidecar still starting (-15)
+        victim.wait_ready(timeout_s=60)
     finally:
         publisher.join()
         assert steady.stop() == 0
