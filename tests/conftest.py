@@ -17,4 +17,5 @@ pytest_plugins = [
     "tests.support.redis_server",
     "tests.support.servicebus.fixtures",
     "tests.support.topologies.fixtures",
+    "tests.chaos.report",  # the accounting summary, printed by the xdist controller too
 ]

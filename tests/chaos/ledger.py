@@ -12,6 +12,7 @@ from pathlib import Path
 from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.settings.config import load_config
 from priority_pubsub.telemetry.journal import read_journal_lines
+from tests.chaos.report import HEADER
 from tests.e2e.helpers import queue_rows
 from tests.support.app import Received
 
@@ -32,8 +33,7 @@ class Accounting:
 
     @staticmethod
     def header() -> str:
-        return (f"{'scenario':<34} {'published':>9} {'delivered':>9} {'acked':>6} {'dead':>5} "
-                f"{'duplicated':>10} {'lost':>5}  note")
+        return HEADER
 
     def line(self) -> str:
         return (f"{self.scenario:<34} {self.published:>9} {self.delivered:>9} {self.acked:>6} "
