@@ -36,6 +36,7 @@ done
 # Redis (the redis driver's tests): the Debian package if the binary is missing, and a server
 # on 127.0.0.1:6379 if none answers there (tests that restart Redis start their own
 # redis-server on free ports).
+PATH="$PATH:/usr/sbin:/sbin" apt_install tc iproute2 "the partition tests (ip netns, tc)"
 apt_install redis-server redis-server "the redis driver tests"
 if command -v redis-server >/dev/null && ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
   redis-server --port 6379 --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
