@@ -193,8 +193,6 @@ RESIDENT_SET = [
     "smaller HTTP client and server.",
 ]
 
-SECTIONS = {"throughput": throughput_section, "calls": calls_section,
-            "footprint": footprint_section}
 def soak_section(result: dict[str, Any]) -> list[str]:
     headers = ["messages", "msg/s", "RSS first / last / max MB",
                "RSS slope, 2nd half (MB per 100 k)", "idle fds before / after",
@@ -211,7 +209,8 @@ def soak_section(result: dict[str, Any]) -> list[str]:
             "100 k messages) fails above 2 MB per 100 k or on any idle fd or task more."]
 
 
-SECTIONS = {"throughput": throughput_section, "calls": calls_section, "soak": soak_section}
+SECTIONS = {"throughput": throughput_section, "calls": calls_section,
+            "footprint": footprint_section, "soak": soak_section}
 
 
 def format_md(headers: list[str], rows: list[list[Any]]) -> str:
