@@ -28,11 +28,13 @@ How to add a broker (the FastStream ``tests/brokers/base`` pattern):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -53,6 +55,24 @@ SETTLED = "priority_pubsub_messages_settled_total"
 APP_DOWN_RETRY = {"max_attempts": 3, "initial_delay_s": 0.5, "max_delay_s": 1}
 """The whole schedule (0.5 s, then 1 s) is over within ~2 s: any outage longer than that would
 dead-letter every message if deliveries that never reached the app counted as attempts."""
+
+
+@dataclass(frozen=True)
+class BatchedRun:
+    """What a publish-while-waiting run delivered: deliveries per published number and the
+    delivered numbers that no journal shows acked."""
+
+    published: int
+    deliveries: Counter[int]
+    unacked: list[int]
+
+    @property
+    def missing(self) -> list[int]:
+        return sorted(set(range(self.published)) - set(self.deliveries))
+
+    @property
+    def duplicated(self) -> int:
+        return sum(count - 1 for count in self.deliveries.values())
 
 
 def _outcomes(directory: Path) -> list[str]:
@@ -80,6 +100,11 @@ class SidecarScenarios(LongTaskScenarios):
     long, far longer than the whole retry schedule (``APP_DOWN_RETRY``)."""
     app_down_concurrency: ClassVar[int] = 4
     app_down_delivered_timeout_s: ClassVar[float] = 90.0
+    waiting_batches: ClassVar[int] = 6
+    waiting_batch_size: ClassVar[int] = 20
+    waiting_batch_gap_s: ClassVar[float] = 0.5
+    """The publish-while-waiting scenario (issue 32): batches this far apart, so the sidecars
+    are back in their wait on every queue when the next batch lands on both."""
     counts_exactly: ClassVar[bool] = False
     """The driver owns its delivery count and undoes it for a return (local): every message
     reaches the app first as attempt 1, even those in hand when the app went away. Elsewhere
@@ -286,3 +311,54 @@ class SidecarScenarios(LongTaskScenarios):
         assert total(metrics, "priority_pubsub_app_up") == 1
         if self.counts_exactly:
             assert {r["attempt"] for r in records if r["outcome"] == "ack"} == {1}
+
+    def test_batches_published_while_waiting_on_two_queues_all_arrive(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        """Issue 32: a wake-up on one queue cancels the waits on the others while the broker
+        may be handing them messages; none of those may be lost (two replicas)."""
+        run = self.run_batches_while_waiting(tmp_path, app, topology, replicas=2, concurrency=4)
+        assert run.missing == [], f"{len(run.missing)} of {run.published} never arrived"
+        assert run.unacked == []
+        assert run.duplicated <= 2 * 4, run.duplicated  # at most what both replicas held
+
+    def run_batches_while_waiting(
+        self, directory: Path, app: RecordingApp, topology: Topology, *, replicas: int,
+        concurrency: int, batches: int | None = None, batch_size: int | None = None,
+    ) -> BatchedRun:
+        """Publish ``batches`` x ``batch_size`` messages, alternating between two queues, while
+        ``replicas`` sidecars run (lease 10 s, app answering in 30 ms); then wait until every
+        one arrived or the broker had ample time to redeliver (a lost lease comes back after
+        10 s), and account for them."""
+        batches, batch_size = batches or self.waiting_batches, batch_size or self.waiting_batch_size
+        published = batches * batch_size
+        queues = [topology.queue("wait-high", lease_s=10), topology.queue("wait-low", lease_s=10)]
+        app.behaviour = lambda _: Reply(delay_s=0.03)
+        config = self.config(topology, directory, app, queues, concurrency=concurrency,
+                             lease={"duration_s": 10})
+        sidecars = [SidecarProcess(directory, config, name=f"waiter{n}") for n in range(replicas)]
+
+        def all_arrived() -> bool:
+            return len(app.received) >= published and len(
+                {event["data"] for event in app.events()}) >= published
+
+        try:
+            for sidecar in sidecars:
+                sidecar.wait_ready(timeout_s=self.ready_timeout_s)
+            for n in range(published):
+                topology.publish(queues[n % 2], body(n))
+                if n % batch_size == batch_size - 1:
+                    time.sleep(self.waiting_batch_gap_s)  # the sidecars go back to waiting
+            with contextlib.suppress(AssertionError):  # what is missing is counted below
+                wait_until(all_arrived, timeout_s=15)
+            time.sleep(0.5)  # a duplicate would arrive by now
+        finally:
+            for sidecar in sidecars:  # all at once: each may let a waiting pull end first
+                sidecar.terminate()
+            codes = [sidecar.stop() for sidecar in sidecars]
+        assert codes == [0] * replicas
+        events = app.events()
+        acked = {r["message_id"] for r in journal_records(directory / "journal")
+                 if r["outcome"] == "ack"}
+        return BatchedRun(published, Counter(e["data"] for e in events),
+                          sorted({e["data"] for e in events if e["id"] not in acked}))

@@ -6,9 +6,17 @@ Design choices, and why:
   workers cannot start yet; they would sit leased while another replica idles. Each
   ``receive`` asks for ``max_messages`` (the free slots) and gets at most that many.
 * **Async gRPC, no threads.** The gapic asyncio transport (grpc.aio) is used, so a waiting
-  pull holds no thread, and a cancelled receive can cancel its RPC. A cancelled receive
-  loses nothing: the RPC is cancelled (the broker then hands no message to it); if its
-  answer had already arrived, the messages in it are nacked (ack deadline 0) at once.
+  pull holds no thread.
+* **A pull in flight is never cancelled** (issue 32). The broker may already have handed
+  messages to it; cancelling the RPC then drops them unseen (the emulator never redelivers
+  them; Google's service only after their ack deadline). A cancelled receive leaves its pull
+  running, *parked*: the next waiting receive on that subscription adopts it instead of
+  starting another (at most one waiting pull per subscription, so idle calls per minute do
+  not rise); what a parked pull brings with no receive to take it is nacked (ack deadline
+  0) at once, and a surplus beyond ``max_messages`` likewise. A receive that must answer at
+  once (``wait_s == 0``) takes a parked pull's answer if it is there, else pulls at once
+  beside it. ``close`` waits for parked pulls to end (at most their wait) and nacks what
+  they bring, so a shutdown loses nothing either.
 * **Waiting.** ``wait_s == 0`` pulls with ``return_immediately`` (deprecated by Google
   because it may answer empty while messages exist, which is exactly "answer at once").
   Otherwise one pull whose gRPC deadline is ``wait_s`` + 1 s: Pub/Sub (and the emulator)
@@ -54,7 +62,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from google.api_core import exceptions as gexc
@@ -155,13 +163,6 @@ class _Subscription:
     metadata: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(slots=True)
-class _Pull:
-    """One receive in progress; ``call`` is the gRPC call to cancel if the receive is."""
-
-    call: Any = None
-    abandoned: bool = False
-    messages: list[Message] = field(default_factory=list)
 
 
 class PubSubDriver:
@@ -187,6 +188,8 @@ class PubSubDriver:
         self._topics: dict[str, str] = {}
         self._dead_letter_topic: str | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self._parked: dict[str, asyncio.Future[list[Message]]] = {}
+        """Per queue, the waiting pull a cancelled receive left running (see the docstring)."""
         self.calls: Counter[str] = Counter()
         """Settle RPCs made, by method (acknowledge, modify_ack_deadline)."""
         # settles grouped per subscription (and deadline): see "Batched settles" above
@@ -221,6 +224,8 @@ class PubSubDriver:
             )
 
     async def close(self) -> None:
+        if self._parked:  # each ends by its own deadline; what it brings is nacked
+            await asyncio.wait(set(self._parked.values()))
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.options.call_timeout_s)
         await self._acks.drain(self.options.call_timeout_s)
@@ -255,59 +260,91 @@ class PubSubDriver:
         sub = self._subscription(queue)
         if max_messages <= 0:
             return []
-        pull = _Pull()
-        work = asyncio.ensure_future(self._pull_until(sub, min(max_messages, MAX_PULL_MESSAGES),
-                                                      max(0.0, wait_s), pull))
+        count = min(max_messages, MAX_PULL_MESSAGES)
+        work = asyncio.ensure_future(
+            self._leased(sub, self._pull_for(sub, count, max(0.0, wait_s)), count))
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:
-            # Stop the broker from handing this pull anything more; whatever it handed over
-            # already is nacked when the work finishes, so nothing waits out a lease.
-            pull.abandoned = True
-            if pull.call is not None:
-                pull.call.cancel()
-            work.add_done_callback(lambda done: self._return_orphans(sub, done))
+            self._park(sub, work)  # never cancel a pull the broker may be answering
             raise
 
-    async def _pull_until(self, sub: _Subscription, count: int, wait_s: float,
-                          pull: _Pull) -> list[Message]:
+    async def _leased(self, sub: _Subscription, pull: Awaitable[list[Message]],
+                      count: int) -> list[Message]:
+        """``pull``'s messages, at most ``count`` (an adopted pull may bring more: the
+        surplus is nacked), re-leased to ``lease.duration_s``."""
+        messages = await pull
+        keep, surplus = messages[:count], messages[count:]
+        if surplus:
+            self._nack_later(sub, surplus)
+        if keep and self.lease_s != sub.ack_deadline_s:
+            await self._relist(sub, keep)
+        return keep
+
+    def _pull_for(self, sub: _Subscription, count: int,
+                  wait_s: float) -> Awaitable[list[Message]]:
+        """The pull this receive awaits: the parked one if it may wait for it (or it has
+        answered already), else a new one (beside a parked one still waiting)."""
+        parked = self._parked.get(sub.name)
+        if parked is not None and (wait_s > 0 or parked.done()):
+            del self._parked[sub.name]  # adopted: its answer is this receive's now
+            return self._after(parked, sub, count, wait_s)
+        return self._pull_until(sub, count, wait_s)
+
+    async def _after(self, parked: asyncio.Future[list[Message]], sub: _Subscription,
+                     count: int, wait_s: float) -> list[Message]:
+        """The adopted pull's answer; if it ends empty before ``wait_s``, pull on till then."""
+        deadline = time.monotonic() + wait_s
+        messages = await parked
+        remaining = deadline - time.monotonic()
+        if messages or remaining < 0.2:
+            return messages
+        return await self._pull_until(sub, count, remaining)
+
+    def _park(self, sub: _Subscription, pull: asyncio.Future[list[Message]]) -> None:
+        """Leave a cancelled receive's pull running for the next receive on ``sub``; if
+        another is parked already (a receive with ``wait_s == 0`` pulled beside it), or it
+        ends before a receive adopts it, its messages are nacked at once."""
+        if pull.done() or sub.name in self._parked:
+            pull.add_done_callback(lambda done: self._return_orphans(sub, done))
+            return
+        self._parked[sub.name] = pull
+
+        def unclaimed(done: asyncio.Future[list[Message]]) -> None:
+            if self._parked.get(sub.name) is done:
+                del self._parked[sub.name]
+                self._return_orphans(sub, done)
+
+        pull.add_done_callback(unclaimed)
+
+    async def _pull_until(self, sub: _Subscription, count: int, wait_s: float) -> list[Message]:
         deadline = time.monotonic() + wait_s
         remaining = wait_s
-        while not pull.abandoned:
+        while True:
             # Pub/Sub may answer a long pull empty before our deadline: ask again till then.
-            if await self._pull_once(sub, count, remaining, pull):
-                break
+            if messages := await self._pull_once(sub, count, remaining):
+                return messages
             remaining = deadline - time.monotonic()
             if remaining < 0.2:
-                break
-        if pull.messages and self.lease_s != sub.ack_deadline_s and not pull.abandoned:
-            await self._relist(sub, pull.messages)
-        return pull.messages
+                return []
 
-    async def _pull_once(self, sub: _Subscription, count: int, wait_s: float,
-                         pull: _Pull) -> list[ReceivedMessage]:
+    async def _pull_once(self, sub: _Subscription, count: int,
+                         wait_s: float) -> list[Message]:
         request = PullRequest(subscription=sub.path, max_messages=count,
                               return_immediately=wait_s <= 0)
         timeout = wait_s + PULL_DEADLINE_MARGIN_S if wait_s > 0 else self.options.call_timeout_s
         self.pull_calls += 1
-        # The transport's raw gRPC callable, not the client method: it returns the call
-        # object, which a cancelled receive can cancel (see ``receive``).
-        pull.call = _wrap_errors(self._sub.transport.pull)(
-            request, timeout=timeout, metadata=sub.metadata
-        )
         try:
             with _sdk_errors(f"pull {sub.name}"):
-                response: PullResponse = await pull.call
+                response: PullResponse = await _wrap_errors(self._sub.transport.pull)(
+                    request, timeout=timeout, metadata=sub.metadata
+                )
         except DriverError as exc:
             if wait_s > 0 and isinstance(exc.__cause__, gexc.DeadlineExceeded):
                 return []  # the broker had nothing before our deadline: an empty answer
             raise
-        finally:
-            pull.call = None
         received_ms = now_ms()
-        pull.messages += [self._message(sub, item, received_ms)
-                          for item in response.received_messages]
-        return list(response.received_messages)
+        return [self._message(sub, item, received_ms) for item in response.received_messages]
 
     async def _relist(self, sub: _Subscription, messages: list[Message]) -> None:
         """Re-lease a fresh batch to ``lease.duration_s`` (differs from the subscription's)."""
@@ -339,9 +376,13 @@ class PubSubDriver:
         )
 
     def _return_orphans(self, sub: _Subscription, done: asyncio.Future[list[Message]]) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return
-        if ids := [m.lease.token for m in done.result()]:
+        if not done.cancelled() and done.exception() is None:
+            self._nack_later(sub, done.result())
+
+    def _nack_later(self, sub: _Subscription, messages: list[Message]) -> None:
+        """Hand ``messages`` back at once (ack deadline 0), in the background: no receive
+        took them; ``close`` waits for it."""
+        if ids := [m.lease.token for m in messages]:
             task = asyncio.ensure_future(self._nack_quietly(sub, ids))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
@@ -350,7 +391,7 @@ class PubSubDriver:
         try:
             await self._modack(sub, ack_ids, 0)
         except DriverError as exc:  # they return when their lease ends instead
-            log.warning("returning messages of a cancelled receive failed",
+            log.warning("returning messages no receive took failed",
                         queue=sub.name, count=len(ack_ids), error=str(exc))
 
     # -- settling --------------------------------------------------------------------------
