@@ -264,6 +264,52 @@ class DriverConformance:
         assert message.body == b"kept"
         await driver.ack(message)
 
+    async def test_waits_cancelled_while_publishing_strand_nothing(
+        self, harness: DriverHarness
+    ) -> None:
+        """Issue 32, as the dispatcher waits: a waiting receive on each of two queues, the
+        first to answer cancels the other, again and again while messages are being
+        published to both. Whatever a broker handed to a cancelled wait must come back
+        (returned at once, or kept for the next receive): everything published is received
+        soon, long before the lease of a stranded message could lapse, and once (each is
+        acked at once)."""
+        driver = await harness.make_driver(harness.lease_s * 10)
+        queues, total = harness.queues[:2], 40
+        expected = sorted(f"{n}".encode() for n in range(total))
+
+        async def publish_all() -> None:
+            for n in range(total):
+                await harness.publish(queues[n % 2], f"{n}".encode(), {})
+                await asyncio.sleep(0.01)
+
+        async def keep(batch: list[Message]) -> None:
+            got.extend(m.body for m in batch)
+            for message in batch:
+                await driver.ack(message)
+
+        got: list[bytes] = []
+        publishing = asyncio.create_task(publish_all())
+        cancels = 0
+        while not publishing.done():
+            waits = [asyncio.create_task(driver.receive(q, 5, 3.0)) for q in queues]
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for wait in pending:
+                wait.cancel()
+            cancels += len(pending)
+            await asyncio.gather(*pending, return_exceptions=True)
+            for wait in waits:
+                if not wait.cancelled():
+                    await keep(wait.result())
+        await publishing
+        deadline = time.monotonic() + harness.lease_s * 2 + 1  # well inside the lease
+        while len(got) < total and time.monotonic() < deadline:
+            for queue in queues:
+                await keep(await driver.receive(queue, total, 0.5))
+        assert cancels > 0
+        assert sorted(got) == expected, (
+            f"missing {sorted(set(expected) - set(got))}, duplicated "
+            f"{sorted(b for b in set(got) if got.count(b) > 1)} after {cancels} cancelled waits")
+
     async def test_two_consumers_never_share_a_leased_message(
         self, harness: DriverHarness
     ) -> None:
