@@ -13,6 +13,11 @@ an in-process sidecar with three empty queues; every request counted by ``bench.
 all operations in ``calls_per_min_per_queue_total`` (now that settles are batched, an idle
 sidecar still settles nothing); pickup is timed from SendMessage (by this process) to the app.
 
+gcp_pubsub (``--driver gcp_pubsub``, Google's emulator): an in-process sidecar with three
+empty queues; its pull RPCs counted by the driver itself (the emulator counts nothing), over
+``--sqs-window-s`` (waiting pulls last 20 s, as SQS long polls); pickup, from publish to the
+app, is the wake-up latency of a high message while the sidecar waits on every queue.
+
 redis (``--driver redis``, a redis-server of its own): the same, every command counted by the
 server (``MONITOR``: those clients sent in ``calls_per_min_per_queue``, those a script runs
 inside Redis in ``inside_scripts_per_min_per_queue``); receive calls are the claim scripts
@@ -45,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import Broker, LocalBroker, RabbitBroker, RedisBroker, sqs_broker
+from bench.brokers import Broker, GcpBroker, LocalBroker, RabbitBroker, RedisBroker, sqs_broker
 from bench.common import (
     AppProcess,
     CliSidecar,
@@ -151,16 +156,21 @@ WAYS = {
     "local": IdleWay(LocalBroker, cli=True, during=sqlite_jobs),
     "rabbitmq": IdleWay(RabbitBroker, cli=True),
     "sqs": IdleWay(sqs_broker, cli=False, receives=frozenset({"ReceiveMessage"})),
+    "gcp_pubsub": IdleWay(GcpBroker, cli=False, receives=frozenset({"pull"})),
     # the claim script and the blocking wait; what scripts run inside Redis is apart
     "redis": IdleWay(RedisBroker, cli=False, receives=frozenset({"evalsha", "xread"})),
 }
+
+
+LONG_POLLS = frozenset({"sqs", "gcp_pubsub"})
+"""Drivers whose idle wait is one 20 s call: measured over ``--sqs-window-s``."""
 
 
 async def driver_idle(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One driver's idle cost: three empty queues for the window, then pickup times of
     high-priority messages published by this process (a publisher driver of its own)."""
     way = WAYS[name]
-    window_s = args.sqs_window_s if name == "sqs" else args.window_s
+    window_s = args.sqs_window_s if name in LONG_POLLS else args.window_s
     with temp_dir(f"idle-{name}") as directory, AppProcess(record=True) as app:
         broker = way.broker(directory)
         try:
@@ -323,10 +333,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--driver", action="append",
-                        choices=["local", "sqs", "redis", "rabbitmq"])
+                        choices=["local", "sqs", "gcp_pubsub", "redis", "rabbitmq"])
     parser.add_argument("--window-s", type=float, default=30)
     parser.add_argument("--sqs-window-s", type=float, default=60,
-                        help="SQS long polls last 20 s: use a multiple of it")
+                        help="SQS long polls and Pub/Sub waiting pulls last 20 s: use a "
+                             "multiple of it")
     parser.add_argument("--trials", type=int, default=5, help="pickup measurements")
     parser.add_argument("--outage-s", type=float, default=0,
                         help="also measure an app outage of this length (0: skip)")
