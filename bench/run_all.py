@@ -98,6 +98,8 @@ def _idle_drivers(big: bool, cloud: bool, quick: bool) -> list[str]:
     if cloud:  # ministack when installed, else moto: the queues are empty, either will do
         drivers.append("sqs")
         extra = ["--sqs-window-s", "5" if quick else "120" if big else "60"]
+    if cloud and EMULATOR.exists():  # waiting pulls last 20 s, as SQS long polls
+        drivers.append("gcp_pubsub")
     if RedisBroker.available():
         drivers.append("redis")
     if RabbitBroker.available():
@@ -450,6 +452,7 @@ def render(results: list[tuple[str, str, dict[str, Any]]], started: str, flags: 
                                    for d, r in body.get("drivers", {}).items()}
             out += ["```json", json.dumps(body, indent=1), "```"]
         out.append("")
+    out += versus_sections(HERE / "versus")
     out += [
         "## Legend",
         "",
@@ -468,6 +471,24 @@ def render(results: list[tuple[str, str, dict[str, Any]]], started: str, flags: 
         "",
     ]
     return "\n".join(out)
+
+
+def versus_sections(directory: Path) -> list[str]:
+    """The side-by-side comparisons kept in ``directory`` (``bench.versus`` documents: they
+    need a second checkout, so ``run_all`` renders them but does not run them)."""
+    out: list[str] = []
+    for path in sorted(directory.glob("*.json")):
+        document = json.loads(path.read_text())
+        rows = [[key, sides["base"]["median"], sides["head"]["median"],
+                 (round(sides["head"]["median"] / sides["base"]["median"], 3)
+                  if sides["base"]["median"] and sides["head"]["median"] is not None else None),
+                 f"{sides['base']['rounds']} / {sides['head']['rounds']}"]
+                for key, sides in document["results"].items()]
+        out += [f"## versus: {path.stem}", "", document.get("note", ""), "",
+                f"`{document['command']}` ({document['when']}; base: `{document['base']}`)", "",
+                format_md(["result", "base median", "head median", "head / base",
+                           "rounds (base / head)"], rows), ""]
+    return out
 
 
 def main() -> None:

@@ -241,16 +241,21 @@ async def test_cancelled_receives_racing_arrivals_lose_nothing(topology: Topolog
         await driver.ack(message)
 
 
+async def park_a_waiting_pull(driver: PubSubDriver, queue: str, wait_s: float) -> None:
+    """Start a waiting receive (up to 5 messages) and cancel it: its pull stays parked."""
+    waiting = asyncio.create_task(driver.receive(queue, 5, wait_s))
+    await asyncio.sleep(0.3)
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+
+
 async def test_parked_pull_is_adopted_and_surplus_nacked(topology: Topology) -> None:
     """A cancelled waiting receive leaves its pull running; the next waiting receive on the
     queue takes its answer (no second pull), keeps ``max_messages`` and nacks the rest."""
     driver = await topology.driver(lease_s=30)
     queue = topology.queues[0]
-    waiting = asyncio.create_task(driver.receive(queue, 5, 5.0))
-    await asyncio.sleep(0.3)
-    waiting.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await waiting
+    await park_a_waiting_pull(driver, queue, 5.0)
     adopter = asyncio.create_task(driver.receive(queue, 2, 5.0))
     await asyncio.sleep(0.3)
     for n in range(5):
@@ -271,11 +276,7 @@ async def test_close_waits_for_a_parked_pull_and_returns_its_messages(
     nacks what it brought, so a message arriving at that moment is not lost."""
     closing = await topology.driver(lease_s=30)
     queue = topology.queues[0]
-    waiting = asyncio.create_task(closing.receive(queue, 5, 3.0))
-    await asyncio.sleep(0.3)
-    waiting.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await waiting
+    await park_a_waiting_pull(closing, queue, 3.0)
     await topology.publish(queue, b"at shutdown", {})
     started = time.monotonic()
     await closing.close()
