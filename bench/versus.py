@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--key", action="append", required=True,
                         help="dotted path of a number in the benchmark's JSON")
+    parser.add_argument("--note", default="", help="what is compared (kept in the document)")
     parser.add_argument("command", nargs="+", help="module and arguments, after --")
     args = parser.parse_args()
     checkouts = {"base": args.base.resolve(), "head": HERE}
@@ -68,7 +69,7 @@ def main() -> None:
              ratio(sides["head"]["median"], sides["base"]["median"])]
             for key, sides in result.items()]
     emit("versus", {"base": str(checkouts["base"]), "benchmark": " ".join(args.command),
-                    "rounds": args.rounds, "results": result},
+                    "note": args.note, "rounds": args.rounds, "results": result},
          ["result", "base median", "head median", "head / base"], rows)
 
 

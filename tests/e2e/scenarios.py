@@ -355,7 +355,8 @@ class SidecarScenarios(LongTaskScenarios):
         finally:
             for sidecar in sidecars:  # all at once: each may let a waiting pull end first
                 sidecar.terminate()
-            codes = [sidecar.stop() for sidecar in sidecars]
+            # one SIGTERM each: a second one (``stop``) could hit a process past its handlers
+            codes = [sidecar.wait(timeout_s=60) for sidecar in sidecars]
         assert codes == [0] * replicas
         events = app.events()
         acked = {r["message_id"] for r in journal_records(directory / "journal")

@@ -190,6 +190,8 @@ class PubSubDriver:
         self._background: set[asyncio.Task[None]] = set()
         self._parked: dict[str, asyncio.Future[list[Message]]] = {}
         """Per queue, the waiting pull a cancelled receive left running (see the docstring)."""
+        self._unowned: set[asyncio.Future[list[Message]]] = set()
+        """Pulls left running beside a parked one: what they bring is nacked; close awaits."""
         self.calls: Counter[str] = Counter()
         """Settle RPCs made, by method (acknowledge, modify_ack_deadline)."""
         # settles grouped per subscription (and deadline): see "Batched settles" above
@@ -224,8 +226,8 @@ class PubSubDriver:
             )
 
     async def close(self) -> None:
-        if self._parked:  # each ends by its own deadline; what it brings is nacked
-            await asyncio.wait(set(self._parked.values()))
+        if pulls := {*self._parked.values(), *self._unowned}:
+            await asyncio.wait(pulls)  # each ends by its own deadline; what it brings is nacked
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.options.call_timeout_s)
         await self._acks.drain(self.options.call_timeout_s)
@@ -261,52 +263,61 @@ class PubSubDriver:
         if max_messages <= 0:
             return []
         count = min(max_messages, MAX_PULL_MESSAGES)
-        work = asyncio.ensure_future(
-            self._leased(sub, self._pull_for(sub, count, max(0.0, wait_s)), count))
-        try:
-            return await asyncio.shield(work)
-        except asyncio.CancelledError:
-            self._park(sub, work)  # never cancel a pull the broker may be answering
-            raise
-
-    async def _leased(self, sub: _Subscription, pull: Awaitable[list[Message]],
-                      count: int) -> list[Message]:
-        """``pull``'s messages, at most ``count`` (an adopted pull may bring more: the
-        surplus is nacked), re-leased to ``lease.duration_s``."""
-        messages = await pull
+        remaining = max(0.0, wait_s)
+        deadline = time.monotonic() + remaining
+        while True:
+            messages = await self._await_pull(sub, self._pull_for(sub, count, remaining),
+                                              remaining)
+            remaining = deadline - time.monotonic()
+            # Pub/Sub may answer a long pull empty before our deadline: ask again till then.
+            if messages or remaining < 0.2:
+                break
         keep, surplus = messages[:count], messages[count:]
-        if surplus:
+        if surplus:  # an adopted pull asked for more than this receive has room for
             self._nack_later(sub, surplus)
         if keep and self.lease_s != sub.ack_deadline_s:
-            await self._relist(sub, keep)
+            relisting = asyncio.ensure_future(self._relist(sub, keep))
+            try:
+                await asyncio.shield(relisting)
+            except asyncio.CancelledError:
+                relisting.add_done_callback(lambda _: self._nack_later(sub, keep))
+                raise
         return keep
 
     def _pull_for(self, sub: _Subscription, count: int,
-                  wait_s: float) -> Awaitable[list[Message]]:
+                  wait_s: float) -> asyncio.Future[list[Message]]:
         """The pull this receive awaits: the parked one if it may wait for it (or it has
         answered already), else a new one (beside a parked one still waiting)."""
         parked = self._parked.get(sub.name)
         if parked is not None and (wait_s > 0 or parked.done()):
             del self._parked[sub.name]  # adopted: its answer is this receive's now
-            return self._after(parked, sub, count, wait_s)
-        return self._pull_until(sub, count, wait_s)
+            return parked
+        return asyncio.ensure_future(self._pull_once(sub, count, wait_s))
 
-    async def _after(self, parked: asyncio.Future[list[Message]], sub: _Subscription,
-                     count: int, wait_s: float) -> list[Message]:
-        """The adopted pull's answer; if it ends empty before ``wait_s``, pull on till then."""
-        deadline = time.monotonic() + wait_s
-        messages = await parked
-        remaining = deadline - time.monotonic()
-        if messages or remaining < 0.2:
-            return messages
-        return await self._pull_until(sub, count, remaining)
+    async def _await_pull(self, sub: _Subscription, pull: asyncio.Future[list[Message]],
+                          wait_s: float) -> list[Message]:
+        """``pull``'s answer. Never cancels it: a cancelled receive parks it, and so does one
+        whose wait ends first (an adopted pull may outlast it)."""
+        try:
+            # a new pull's own deadline ends it first; an adopted one may outlast this wait
+            await asyncio.wait({pull}, timeout=wait_s + PULL_DEADLINE_MARGIN_S + 0.5
+                               if wait_s > 0 else None)
+        except asyncio.CancelledError:
+            self._park(sub, pull)
+            raise
+        if not pull.done():
+            self._park(sub, pull)
+            return []
+        return pull.result()
 
     def _park(self, sub: _Subscription, pull: asyncio.Future[list[Message]]) -> None:
-        """Leave a cancelled receive's pull running for the next receive on ``sub``; if
+        """Leave a pull no receive awaits running for the next receive on ``sub``; if
         another is parked already (a receive with ``wait_s == 0`` pulled beside it), or it
         ends before a receive adopts it, its messages are nacked at once."""
         if pull.done() or sub.name in self._parked:
             pull.add_done_callback(lambda done: self._return_orphans(sub, done))
+            self._unowned.add(pull)
+            pull.add_done_callback(self._unowned.discard)
             return
         self._parked[sub.name] = pull
 
@@ -316,17 +327,6 @@ class PubSubDriver:
                 self._return_orphans(sub, done)
 
         pull.add_done_callback(unclaimed)
-
-    async def _pull_until(self, sub: _Subscription, count: int, wait_s: float) -> list[Message]:
-        deadline = time.monotonic() + wait_s
-        remaining = wait_s
-        while True:
-            # Pub/Sub may answer a long pull empty before our deadline: ask again till then.
-            if messages := await self._pull_once(sub, count, remaining):
-                return messages
-            remaining = deadline - time.monotonic()
-            if remaining < 0.2:
-                return []
 
     async def _pull_once(self, sub: _Subscription, count: int,
                          wait_s: float) -> list[Message]:
