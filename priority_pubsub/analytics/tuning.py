@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -76,13 +76,17 @@ def tune(spark: SparkSession, journal_glob: str) -> int | None:
     partitions chosen.
 
     A value the launcher set explicitly (``spark-submit --conf``, the builder) is kept."""
+    return tune_partitions(spark, input_bytes(spark, journal_glob))
+
+
+def tune_partitions(spark: SparkSession, size: int | None) -> int | None:
+    """``tune`` for an input of ``size`` bytes (None: keep the partitions as configured)."""
     given = spark.sparkContext.getConf()
     for key, value in {**ADAPTIVE, **CACHE}.items():
         if not given.contains(key):
             spark.conf.set(key, value)
     if given.contains("spark.sql.shuffle.partitions"):
         return int(spark.conf.get("spark.sql.shuffle.partitions") or 0) or None
-    size = input_bytes(spark, journal_glob)
     if size is None:
         return None
     partitions = shuffle_partitions(size, spark.sparkContext.defaultParallelism)
@@ -118,20 +122,33 @@ def cached(frame: DataFrame) -> Iterator[DataFrame]:
         held.unpersist()
 
 
+class StepListener(Protocol):
+    """Told when a step starts (``seconds`` None) and ends (its wall seconds)."""
+
+    def __call__(self, name: str, seconds: float | None) -> None: ...
+
+
 @dataclass
 class Steps:
-    """Named steps of one report run: job descriptions for Spark, wall seconds for us."""
+    """Named steps of one report run: job descriptions for Spark, wall seconds for us (and
+    for ``listener``: the terminal's progress display)."""
 
     spark: SparkSession
     seconds: dict[str, float] = field(default_factory=dict)
+    listener: StepListener | None = None
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
         context = self.spark.sparkContext
         context.setJobDescription(f"report: {name}")
+        if self.listener:
+            self.listener(name, None)
         started = time.monotonic()
         try:
             yield
         finally:
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - started, 3)
+            took = time.monotonic() - started
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + took, 3)
             context.setJobDescription(None)  # type: ignore[arg-type]
+            if self.listener:
+                self.listener(name, took)
