@@ -110,6 +110,8 @@ class Store:
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()
         path = jvm.org.apache.hadoop.fs.Path(root)
         self._fs = path.getFileSystem(self._conf)
+        if self._fs.getClass().getName() == "org.apache.hadoop.fs.LocalFileSystem":
+            self._fs = self._fs.getRaw()  # plain files: no .crc beside each
         self.root = str(self._fs.makeQualified(path).toString()).rstrip("/")
 
     def path(self, *parts: str) -> str:
