@@ -190,6 +190,7 @@ class _Run:
             choice = choose(spark, journal_glob, manifest.files)
         self.progress.note(_files_line(choice))
         increment = Increment()
+        started_from = manifest
         if choice.new:
             tune_partitions(spark, sum(f.size for f in choice.new))
             previous = Manifest.from_json(manifest.to_json())
@@ -209,7 +210,7 @@ class _Run:
         publish(spark, store, manifest, self.out, page, steps, pending, full or manifest.seq == 1)
         store.write_text("published", str(manifest.seq))
         with steps.step("clean up state"):
-            store.collect_garbage(manifest)
+            store.collect_garbage(manifest, started_from)
         html_path = self.out / "report.html"
         html_path.write_text(render(page), encoding="utf-8")
         return ReportSummary(

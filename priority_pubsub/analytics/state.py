@@ -110,8 +110,9 @@ class Store:
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()
         path = jvm.org.apache.hadoop.fs.Path(root)
         self._fs = path.getFileSystem(self._conf)
-        if self._fs.getClass().getName() == "org.apache.hadoop.fs.LocalFileSystem":
-            self._fs = self._fs.getRaw()  # plain files: no .crc beside each
+        checksummed = jvm.java.lang.Class.forName("org.apache.hadoop.fs.ChecksumFileSystem")
+        if checksummed.isInstance(self._fs):  # local disks: plain files, no .crc beside each
+            self._fs = self._fs.getRawFileSystem()
         self.root = str(self._fs.makeQualified(path).toString()).rstrip("/")
 
     def path(self, *parts: str) -> str:
@@ -154,42 +155,51 @@ class Store:
         self._fs.delete(self._path(rel), True)
 
     def load_manifest(self) -> Manifest:
-        """The newest manifest that parses (an empty one if none)."""
-        for name in reversed(self.names("manifest")):
-            if not name.endswith(".json"):
-                continue
+        """The newest manifest that parses (a torn newest one: that run never committed);
+        an empty one for a new state. Manifests none of which can be read are an error,
+        never an empty state."""
+        names = [n for n in self.names("manifest") if n.endswith(".json")]
+        for name in reversed(names):
             text = self.read_text(f"manifest/{name}")
             if text is None:
                 continue
             try:
                 return Manifest.from_json(text)
             except (ValueError, TypeError):
-                continue  # torn: that run never committed
+                continue
+        if names:
+            raise StateError(
+                f"no manifest in {self.path('manifest')} can be read: rerun with --full to "
+                "rebuild the state"
+            )
         return Manifest()
 
     def commit(self, manifest: Manifest) -> None:
         """The run's last write: from here on its data is the state."""
         self.write_text(f"manifest/{manifest.seq:08d}.json", manifest.to_json())
 
-    def collect_garbage(self, manifest: Manifest) -> None:
+    def collect_garbage(self, manifest: Manifest, previous: Manifest | None = None) -> None:
         """Delete what the manifest no longer names: older manifests, runs that died, and
-        data superseded by later runs."""
+        what ``previous`` (the manifest this run started from) named that this one replaced.
+        A few calls per run, whatever the history (a listing of ``data/`` and one delete per
+        replaced part)."""
         manifests = [n for n in self.names("manifest") if n.endswith(".json")]
-        for name in manifests[:-MANIFESTS_KEPT]:
-            self.delete(f"manifest/{name}")
-        for name in self.names("manifest"):
-            if name.endswith(".json") and int(name.split(".")[0]) > manifest.seq:
-                self.delete(f"manifest/{name}")  # torn by a run that died
+        for name in manifests:
+            seq = int(name.split(".")[0]) if name.split(".")[0].isdigit() else -1
+            if seq > manifest.seq or name in manifests[:-MANIFESTS_KEPT]:
+                self.delete(f"manifest/{name}")  # older ones, and any torn by a run that died
         live = referenced_runs(manifest)
         for run in self.names("data"):
             if run not in live:
                 self.delete(f"data/{run}")
-                continue
-            if run != manifest.summaries:
-                self.delete(f"data/{run}/summaries")
-            for hour in self.names(f"data/{run}/lifecycle"):
-                if hour.startswith("enq_hour=") and manifest.lifecycle.get(hour[9:]) != run:
-                    self.delete(f"data/{run}/lifecycle/{hour}")
+        if previous is None:
+            return
+        replaced = previous.summaries != manifest.summaries
+        if previous.summaries and replaced and previous.summaries in live:
+            self.delete(f"data/{previous.summaries}/summaries")
+        for hour, run in previous.lifecycle.items():
+            if manifest.lifecycle.get(hour) != run and run in live:
+                self.delete(f"data/{run}/lifecycle/enq_hour={hour}")
 
 
 def referenced_runs(manifest: Manifest) -> set[str]:
