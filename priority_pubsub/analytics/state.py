@@ -243,7 +243,10 @@ def local_lock(state_dir: str) -> Iterator[None]:
         handle.truncate()
         handle.write(_holder())
         handle.flush()
-        yield
+        try:
+            yield
+        finally:
+            handle.truncate(0)  # still ours: no holder named once it is free
     finally:
         handle.close()
 

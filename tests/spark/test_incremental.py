@@ -247,7 +247,9 @@ def test_a_run_killed_mid_way_and_rerun_equals_a_clean_run(
 
     process = _report_process(incoming, out)
     try:
-        _wait_for(lambda: (state / "lock").exists() and (state / "lock").read_text(), process)
+        holder = f"pid {process.pid} "
+        _wait_for(lambda: (state / "lock").exists() and holder in (state / "lock").read_text(),
+                  process)  # fmt: skip
         # meanwhile a second run is refused at once
         assert main([str(incoming), "--out", str(out), "--json"]) == 1
         _wait_for(reached, process)

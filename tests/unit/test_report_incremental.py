@@ -1,4 +1,4 @@
-"""The report's log-scale histograms: percentiles across hours from summed counts."""
+"""The incremental report's pure parts: histograms, the manifest, the human summary."""
 
 from __future__ import annotations
 
@@ -49,3 +49,21 @@ def test_a_manifest_round_trips_and_ignores_unknown_keys() -> None:
     manifest = Manifest(seq=4, records={"10": ["r1"]}, priorities=[0, 2])
     text = manifest.to_json().replace('"seq": 4', '"seq": 4, "added_later": true')
     assert Manifest.from_json(text) == manifest
+
+
+def test_the_human_summary_says_what_was_read_the_worst_waits_and_where_the_page_is() -> None:
+    from priority_pubsub.analytics.progress import human_summary
+
+    text = human_summary({
+        "lines": {"valid": 1200, "bad": 3}, "messages": 1000, "records_read": 450,
+        "files": {"new": 2, "already_read": 5, "duplicates": 1},
+        "hours_recomputed": ["2024-05-01T00:00Z", "2024-05-01T01:00Z"],
+        "priorities": [{"priority": 0, "wait_p95_s": 0.25, "wait_max_s": 1.5}],
+        "starvation": [{"priority": 1, "windows": 2, "duration_s": 75.0}],
+        "html_path": "/tmp/out/report.html", "elapsed_s": 12.34,
+    })  # fmt: skip
+    assert "Read 450 journal lines from 2 new file(s) (5 already read, 1 duplicate(s) " in text
+    assert "Hours recomputed: 2 (2024-05-01T00:00Z .. 2024-05-01T01:00Z)" in text
+    assert "priority 0: wait p95 250 ms, worst 1.5 s" in text
+    assert "priority 1 starved 2 time(s), longest 75.0 s" in text
+    assert text.endswith("Report: /tmp/out/report.html (took 12.3 s)")
