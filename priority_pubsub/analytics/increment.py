@@ -36,7 +36,7 @@ from priority_pubsub.analytics.load import BAD_CLASSES, SAMPLES_PER_CLASS, LineC
 from priority_pubsub.analytics.schema import REPORT_FIELDS, journal_struct
 from priority_pubsub.analytics.starvation import starvation_minutes
 from priority_pubsub.analytics.state import Manifest, Store
-from priority_pubsub.analytics.tuning import ONE_RECORD_PER_GROUP, Steps, session_conf
+from priority_pubsub.analytics.tuning import ONE_RECORD_PER_GROUP, Steps, session_conf, side_by_side
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -312,18 +312,24 @@ def _write_sweeps(
 ) -> None:
     from pyspark.sql import functions as F
 
-    counts, minutes = starvation_minutes(
-        spark,
-        records,
-        priorities,
-        from_ms,
-        earlier.get("star_counts") if from_ms is not None else None,
-        earlier.get("star_minutes") if from_ms is not None else None,
-    )
     summaries = ("data", run, "summaries")
-    counts.coalesce(1).write.parquet(store.path(*summaries, "star_counts"))
-    minutes.coalesce(1).write.parquet(store.path(*summaries, "star_minutes"))
-    sweep = sweep_minutes(records, priorities, from_ms)
-    kept = earlier.get("cap_minutes") if from_ms is not None else None
-    first_bucket = (from_ms or 0) // MINUTE_MS
-    _write_merged(store, run, "cap_minutes", sweep, kept, F.col("bucket") < first_bucket)
+
+    def starvation_step() -> None:
+        counts, minutes = starvation_minutes(
+            spark,
+            records,
+            priorities,
+            from_ms,
+            earlier.get("star_counts") if from_ms is not None else None,
+            earlier.get("star_minutes") if from_ms is not None else None,
+        )
+        counts.coalesce(1).write.parquet(store.path(*summaries, "star_counts"))
+        minutes.coalesce(1).write.parquet(store.path(*summaries, "star_minutes"))
+
+    def capacity_step() -> None:
+        sweep = sweep_minutes(records, priorities, from_ms)
+        kept = earlier.get("cap_minutes") if from_ms is not None else None
+        first_bucket = (from_ms or 0) // MINUTE_MS
+        _write_merged(store, run, "cap_minutes", sweep, kept, F.col("bucket") < first_bucket)
+
+    side_by_side(spark, starvation_step, capacity_step)

@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,7 +48,9 @@ from priority_pubsub.analytics.state import (
     new_run_id,
     remote_lock,
 )
-from priority_pubsub.analytics.tuning import OWN_SESSION, Steps, tune_partitions
+from priority_pubsub.analytics.tuning import OWN_SESSION, Steps, side_by_side, tune_partitions
+
+_side_by_side = side_by_side  # its name before it moved to tuning
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -305,36 +307,6 @@ def _iso_hour(hour_id: int) -> str:
 def _partitions(spark: SparkSession) -> int | None:
     value = spark.conf.get("spark.sql.shuffle.partitions", None)
     return int(value) if value else None
-
-
-def _side_by_side(spark: SparkSession, *steps: Callable[[], None]) -> None:
-    """Run independent steps at once, one driver thread each; raise the first failure.
-
-    Why. Each large stage already keeps every core busy, but between stages the driver
-    works alone: it plans, compiles generated code and runs one-task stages, while the
-    executors wait. Two steps in two threads fill those gaps with each other's tasks (1 M
-    records, 2 cores: starvation and capacity took 6.7 s one after the other on a fresh
-    JVM, 5.7-6.3 s side by side; the report 22.3 -> 19.9-20.9 s). Only for steps that set
-    nothing on the session (``session_conf`` is session-wide: a setting made for one step
-    would reach the jobs the other plans meanwhile). ``inheritable_thread_target`` gives
-    each thread its own JVM thread and job properties (PySpark's pinned thread mode), so
-    each step's jobs keep their ``report: <step>`` description."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import pyspark
-
-    def pinned(step: Callable[[], None]) -> Callable[[], None]:
-        # PySpark >= 4 takes the session (its tags are inherited too), 3.5 the function. A
-        # wrapper per step: one wrapper shares one copy of the properties between threads,
-        # so a job description set in one step would show on the other's jobs.
-        if int(pyspark.__version__.split(".")[0]) >= 4:
-            return pyspark.inheritable_thread_target(spark)(step)
-        return pyspark.inheritable_thread_target(step)
-
-    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="report-step") as pool:
-        futures = [pool.submit(pinned(step)) for step in steps]
-        for future in futures:
-            future.result()
 
 
 def build_parser() -> argparse.ArgumentParser:
