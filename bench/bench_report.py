@@ -224,7 +224,8 @@ def _incremental(spark: SparkSession, args: argparse.Namespace) -> int:
         work = args.keep or Path(tmp)
         for history in (int(s) for s in args.history.split(",")):
             results.append(
-                bench_history(spark, history, args.new, work, args.rounds, args.full_rounds)
+                bench_history(spark, history, args.new, work, args.rounds, args.full_rounds,
+                              args.driver_memory)
             )
     spark.stop()
     rows = [

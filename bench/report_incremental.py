@@ -63,14 +63,16 @@ def write_journal(
 
 
 def report_process(
-    journals: str, out: Path, state: Path, full: bool
+    journals: str, out: Path, state: Path, full: bool, driver_memory: str = "4g"
 ) -> tuple[float, dict[str, Any]]:
-    """One ``priority-pubsub report`` in a fresh process; (wall seconds, its summary)."""
+    """One ``priority-pubsub report`` in a fresh process; (wall seconds, its summary). Its
+    JVM gets ``driver_memory`` (as the in-session bench's), through PYSPARK_SUBMIT_ARGS."""
     command = [sys.executable, "-m", "priority_pubsub.analytics.report", journals,
                "--out", str(out), "--state", str(state), "--master", "local[2]", "--json",
                *(["--full"] if full else [])]  # fmt: skip
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-memory {driver_memory} pyspark-shell"}
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     took = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"report failed: {done.stderr[-2000:]}")
@@ -78,7 +80,8 @@ def report_process(
 
 
 def bench_history(
-    spark: SparkSession, history: int, new: int, work: Path, rounds: int, full_rounds: int
+    spark: SparkSession, history: int, new: int, work: Path, rounds: int, full_rounds: int,
+    driver_memory: str = "4g",
 ) -> dict[str, Any]:
     from bench.bench_report import T0, _reference
 
@@ -90,11 +93,15 @@ def bench_history(
     write_journal(spark, new, T0 + span, HOUR_MS, history, base / "new", "new")
     generate_s = time.monotonic() - started
     state = base / "state"
-    full_runs = []
+    full_runs: list[float] = []
+    full_steps: dict[str, float] = {}
     for _ in range(max(1, full_rounds)):
-        took, summary = report_process(str(journals), base / "out", state, full=True)
+        took, summary = report_process(
+            str(journals), base / "out", state, full=True, driver_memory=driver_memory
+        )
         assert summary["lines"]["valid"] == history, summary["lines"]
         full_runs.append(took)
+        full_steps = summary["steps_s"]
         log(f"{history:,} history, full rebuild: {took:.1f} s")
     for path in (base / "new").iterdir():
         shutil.copy(path, journals / path.name)
@@ -103,7 +110,9 @@ def bench_history(
         copy = base / "state-copy"
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(state, copy)
-        took, summary = report_process(str(journals), base / "out", copy, full=False)
+        took, summary = report_process(
+            str(journals), base / "out", copy, full=False, driver_memory=driver_memory
+        )
         assert summary["records_read"] == new, summary
         incremental_runs.append(took)
         summaries.append(summary)
@@ -114,6 +123,8 @@ def bench_history(
         "history": history,
         "new": new,
         "generate_s": round(generate_s, 1),
+        "driver_memory": driver_memory,
+        "full_steps_s": full_steps,
         "full_s": round(statistics.median(full_runs), 2),
         "full_rounds_s": [round(x, 2) for x in full_runs],
         "incremental_s": round(statistics.median(incremental_runs), 2),
