@@ -48,7 +48,7 @@ def write_journal(
     from pyspark.sql import functions as F
 
     from bench.bench_report import record_columns
-    from priority_pubsub.journal import JOURNAL_FIELDS
+    from priority_pubsub.telemetry.journal import JOURNAL_FIELDS
 
     columns = record_columns(n, start_ms, span_ms, first_id)
     record = F.struct(*(columns[f.name].alias(f.name) for f in JOURNAL_FIELDS))

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from priority_pubsub.journal import OPEN_SUFFIX
+from priority_pubsub.telemetry.journal import OPEN_SUFFIX
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -18,7 +18,7 @@ import pytest
 
 from priority_pubsub.analytics.report import ReportSummary, main, run_report
 from priority_pubsub.analytics.state import Manifest, StateError, local_lock
-from priority_pubsub.journal import JournalRecord
+from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals
 
 if TYPE_CHECKING:
