@@ -44,8 +44,11 @@ T0 = 1_714_521_600_000  # 2024-05-01T00:00:00Z
 DAY_MS = 86_400_000
 
 
-def _columns(n: int) -> dict[str, Column]:
-    """One expression per journal field, keyed by name (checked against JOURNAL_FIELDS)."""
+def record_columns(
+    n: int, start_ms: int = T0, span_ms: int = DAY_MS, first_id: int = 0
+) -> dict[str, Column]:
+    """One expression per journal field, keyed by name (checked against JOURNAL_FIELDS):
+    record ``id`` (from ``first_id``, ``n`` of them) enqueued evenly over the span."""
     from pyspark.sql import functions as F
 
     i = F.col("id")
@@ -53,7 +56,7 @@ def _columns(n: int) -> dict[str, Column]:
     priority = (i % 3).cast("int")
     retried = (h % 10) == 0
     roll = (h / 7 % 100).cast("int")
-    enqueued = F.lit(T0) + (i * DAY_MS / n).cast("long")
+    enqueued = F.lit(start_ms) + ((i - first_id) * span_ms / n).cast("long")
     wait = (h % 5_000 + 1) * (priority + 1) * (priority + 1)
     received = enqueued + wait + F.when(retried, 30_000).otherwise(0)
     proc = h / 13 % 60_000 + 50
@@ -90,7 +93,7 @@ def generate(spark: SparkSession, n: int, directory: Path) -> float:
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    columns = _columns(n)
+    columns = record_columns(n)
     record = F.struct(*(columns[f.name].alias(f.name) for f in JOURNAL_FIELDS))
     frame = spark.range(n, numPartitions=max(2, n // 500_000))
     frame.select(F.to_json(record).alias("value")).write.mode("overwrite").text(str(directory))
@@ -152,6 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--keep", type=Path, help="write journals and reports here")
     parser.add_argument("--event-log", type=Path, help="keep Spark's event log in this directory")
+    parser.add_argument(
+        "--incremental", action="store_true",
+        help="the incremental case instead (bench.report_incremental): --new records on top "
+        "of each --history size, a fresh report process per run",
+    )  # fmt: skip
+    parser.add_argument("--history", default="1000000,10000000")
+    parser.add_argument("--new", type=int, default=100_000)
+    parser.add_argument("--full-rounds", type=int, default=1, help="full rebuilds per history")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -171,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if args.incremental:
+        return _incremental(spark, args)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         work = args.keep or Path(tmp)
@@ -200,6 +213,28 @@ def main(argv: list[str] | None = None) -> int:
         headers,
         rows,
     )
+    return 0
+
+
+def _incremental(spark: SparkSession, args: argparse.Namespace) -> int:
+    from bench.report_incremental import bench_history
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-report-inc-") as tmp:
+        work = args.keep or Path(tmp)
+        for history in (int(s) for s in args.history.split(",")):
+            results.append(
+                bench_history(spark, history, args.new, work, args.rounds, args.full_rounds,
+                              args.driver_memory)
+            )
+    spark.stop()
+    rows = [
+        [r["history"], r["new"], r["full_s"], r["incremental_s"], r["hours_recomputed"],
+         r["duckdb_s"], r["load_average"][0]]
+        for r in results
+    ]  # fmt: skip
+    headers = ["history", "new", "full s", "incremental s", "hours", "duckdb s (new)", "load"]
+    emit("bench_report", {"case": "incremental", "results": results}, headers, rows)
     return 0
 
 

@@ -438,12 +438,22 @@ def report(
     since: Annotated[str | None, typer.Option(help="Only records settled at/after (ISO).")] = None,
     until: Annotated[str | None, typer.Option(help="Only records settled before (ISO).")] = None,
     target_wait_s: Annotated[float, typer.Option(help="Target p95 wait for capacity.")] = 60.0,
+    state: Annotated[str | None, typer.Option(
+        help="State directory, any Hadoop path (default: OUT/.state).")] = None,
+    full: Annotated[bool, typer.Option(
+        "--full", help="Rebuild the state from every file.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the JSON summary (also when stdout is not a terminal).")] = False,
 ) -> None:
-    """Delivery report on PySpark: Parquet tables and report.html (needs the spark extra)."""
+    """Delivery report on PySpark: Parquet tables and report.html (needs the spark extra).
+
+    Each run reads only the closed journal files no earlier run read (state in --state)."""
     from priority_pubsub.analytics.report import main as report_main  # no pyspark import yet
 
     argv = [journal_glob, "--out", str(out), "--master", master, "--target-wait-s",
             str(target_wait_s)]
+    argv += [*(["--state", state] if state else []), *(["--full"] if full else []),
+             *(["--json"] if as_json else [])]
     if since:
         argv += ["--since", since]
     if until:

@@ -5,7 +5,9 @@
 # /opt/priority-pubsub/ (e.g. FROM the apache/spark-py image). Journals are read from any
 # Hadoop-compatible URI (s3a:// needs hadoop-aws on the classpath and credentials, here IRSA
 # through the driver's ServiceAccount). report.html and the Parquet tables are written to the
-# driver's --out directory: a PVC mounted at /reports.
+# driver's --out directory: a PVC mounted at /reports. Each run reads only the journal files no
+# earlier run read; the state that makes that possible lives at STATE (any Hadoop path: an
+# object store works, the commit is a manifest written last). Run it every hour or every day.
 #
 # Locally, the same job:  spark-submit --master 'local[*]' deploy/spark/report_job.py \
 #                             './data/journal/*.jsonl' --out ./report
@@ -15,6 +17,7 @@ set -euo pipefail
 IMAGE="${IMAGE:-registry.example.com/priority-pubsub-report:0.1.0}"
 NAMESPACE="${NAMESPACE:-analytics}"
 JOURNALS="${JOURNALS:-s3a://priority-pubsub-journals/*/journal-*.jsonl}"
+STATE="${STATE:-s3a://priority-pubsub-journals/report-state}"
 
 exec spark-submit \
   --master "k8s://${KUBE_API}" \
@@ -31,4 +34,4 @@ exec spark-submit \
   --conf spark.kubernetes.driver.volumes.persistentVolumeClaim.reports.options.claimName=priority-pubsub-reports \
   --conf spark.kubernetes.driver.volumes.persistentVolumeClaim.reports.mount.path=/reports \
   local:///opt/priority-pubsub/report_job.py \
-  "${JOURNALS}" --out /reports/"$(date -u +%Y-%m-%d)" --target-wait-s 60
+  "${JOURNALS}" --out /reports/latest --state "${STATE}" --json --target-wait-s 60

@@ -81,14 +81,25 @@ def max_in_flight(
     reached or the level 0 every sweep ends at, so the peaks are those of separate sweeps.
 
     ``priorities`` present in ``derived`` may be passed when already known (saves a job)."""
+    if priorities is None:
+        priorities = [r[0] for r in derived.select("priority").distinct().collect()]
+    return peaks_from_minutes(sweep_minutes(derived, priorities))
+
+
+def sweep_minutes(
+    derived: DataFrame, priorities: Sequence[int], from_ms: int | None = None
+) -> DataFrame:
+    """Per (scope, minute): the peak level inside the minute (from 0 at its start) and the
+    net change over it; ``from_ms`` (a minute boundary): only the minutes from there on,
+    whose events all come from records settled from there on."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    if priorities is None:
-        priorities = [r[0] for r in derived.select("priority").distinct().collect()]
     scopes: list[int | None] = [*sorted(priorities), None]
     start = F.coalesce(F.col("forwarded_ms"), F.col("received_ms"))
     events = _sweep_events(derived, start)
+    if from_ms is not None:
+        events = events.where(F.col("t") >= from_ms)
     events = events.withColumn("bucket", F.floor(F.col("t") / SWEEP_BUCKET_MS))
     inside = (
         Window.partitionBy("bucket")
@@ -120,7 +131,15 @@ def max_in_flight(
             for i, s in enumerate(scopes)
         )
     )
-    buckets = per_bucket.select("bucket", F.inline(unpivoted))
+    return per_bucket.select("bucket", F.inline(unpivoted))
+
+
+def peaks_from_minutes(buckets: DataFrame) -> dict[int | None, int]:
+    """Max in flight per scope from ``sweep_minutes`` rows of every minute: each minute's
+    peak plus the level it starts from (a running sum of the nets before it)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     before = (
         Window.partitionBy("scope").orderBy("bucket").rowsBetween(Window.unboundedPreceding, -1)
     )
@@ -176,24 +195,39 @@ def capacity(
     the busy time is a sum of whole milliseconds (exact in a double, as ``avg`` sums)."""
     from pyspark.sql import functions as F
 
-    if fine is None:
-        first_enq = F.when(F.col("attempt") == 1, F.col("enqueued_ms"))
-        service = _service_ms()
-        stats = derived.groupBy("priority").agg(
-            F.count("*").alias("n"),
-            F.avg(service).alias("mean_ms"),
-            F.sum(service).alias("busy_ms"),
-            F.min(first_enq).alias("lo"),
-            F.max(first_enq).alias("hi"),
-        )
-    else:
-        stats = fine.groupBy("priority").agg(
-            F.sum("n").alias("n"),
-            (F.sum("busy_ms").cast("double") / F.sum("n").cast("double")).alias("mean_ms"),
-            F.sum("busy_ms").alias("busy_ms"),
-            F.min("first_enqueued_lo").alias("lo"),
-            F.max("first_enqueued_hi").alias("hi"),
-        )
+    if fine is not None:
+        return capacity_from_fine(fine, target_wait_s, peaks)
+    first_enq = F.when(F.col("attempt") == 1, F.col("enqueued_ms"))
+    service = _service_ms()
+    stats = derived.groupBy("priority").agg(
+        F.count("*").alias("n"),
+        F.avg(service).alias("mean_ms"),
+        F.sum(service).alias("busy_ms"),
+        F.min(first_enq).alias("lo"),
+        F.max(first_enq).alias("hi"),
+    )
+    return _sized(stats, target_wait_s, peaks)
+
+
+def capacity_from_fine(
+    fine: DataFrame, target_wait_s: float, peaks: dict[int | None, int]
+) -> list[CapacityRow]:
+    """``capacity`` from ``tables.fine_groups`` rows (of any hours: their sums add up)."""
+    from pyspark.sql import functions as F
+
+    stats = fine.groupBy("priority").agg(
+        F.sum("n").alias("n"),
+        (F.sum("busy_ms").cast("double") / F.sum("n").cast("double")).alias("mean_ms"),
+        F.sum("busy_ms").alias("busy_ms"),
+        F.min("first_enqueued_lo").alias("lo"),
+        F.max("first_enqueued_hi").alias("hi"),
+    )
+    return _sized(stats, target_wait_s, peaks)
+
+
+def _sized(
+    stats: DataFrame, target_wait_s: float, peaks: dict[int | None, int]
+) -> list[CapacityRow]:
     collected = sorted(stats.collect(), key=lambda r: r["priority"])
     los = [r["lo"] for r in collected if r["lo"] is not None]
     if not los:

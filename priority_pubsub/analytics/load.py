@@ -55,7 +55,7 @@ class LineCounts:
         return self.valid + self.bad + self.out_of_range + self.released
 
 
-def read_raw(spark: SparkSession, journal_glob: str) -> DataFrame:
+def read_raw(spark: SparkSession, journal_glob: str | list[str]) -> DataFrame:
     """Parse JSON lines (globs, Hadoop URIs and .gz all work) into the schema plus a class."""
 
     raw = (
@@ -109,7 +109,7 @@ class Loaded:
 
 def load(
     spark: SparkSession,
-    journal_glob: str,
+    journal_glob: str | list[str],
     since_ms: int | None,
     until_ms: int | None,
     derive: Callable[[DataFrame], DataFrame] | None = None,

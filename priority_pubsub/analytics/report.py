@@ -1,48 +1,64 @@
 """``priority-pubsub report``: journal files in, Parquet tables and report.html out.
 
 ``run_report`` is the whole job; ``main(argv)`` is its typer-free command line, also usable
-with ``spark-submit -m``-style launchers. The job reads the journal once (cached), writes
-the big tables straight from Spark, and collects only small aggregates to the driver for
-the page.
+with ``spark-submit -m``-style launchers. A run reads only the journal files no earlier run
+read (``files``), brings the state up to date (``increment``), commits it with a manifest
+written last (``state``) and rewrites the output from the state's summaries (``publish``):
+its cost follows the new records, not the history. ``--full`` rebuilds the state from every
+file. Only small aggregates reach the driver.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import importlib.util
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from priority_pubsub.analytics import tables as T
-from priority_pubsub.analytics.capacity import CapacityRow, capacity, max_in_flight, observed_peak
-from priority_pubsub.analytics.frames import small_frame
-from priority_pubsub.analytics.load import LineCounts, load
+from priority_pubsub.analytics.capacity import CapacityRow
+from priority_pubsub.analytics.files import FileChoice, choose
+from priority_pubsub.analytics.increment import Increment, line_counts, run_increment
+from priority_pubsub.analytics.load import LineCounts
 from priority_pubsub.analytics.page import PageData, render
-from priority_pubsub.analytics.starvation import StarvationRow, collect_rows, starvation
-from priority_pubsub.analytics.tuning import (
-    ONE_RECORD_PER_GROUP,
-    OWN_SESSION,
-    Steps,
-    cached,
-    session_conf,
-    tune,
+from priority_pubsub.analytics.progress import (
+    Progress,
+    TerminalProgress,
+    human_summary,
+    quiet_spark_options,
 )
+from priority_pubsub.analytics.publish import publish
+from priority_pubsub.analytics.schema import REPORT_FIELDS, SCHEMA_VERSION
+from priority_pubsub.analytics.starvation import StarvationRow
+from priority_pubsub.analytics.state import (
+    STATE_FORMAT,
+    Manifest,
+    StateError,
+    Store,
+    is_local,
+    local_lock,
+    new_run_id,
+    remote_lock,
+)
+from priority_pubsub.analytics.tuning import OWN_SESSION, Steps, side_by_side, tune_partitions
+
+_side_by_side = side_by_side  # its name before it moved to tuning
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 DEFAULT_TARGET_WAIT_S = 60.0
 SPARK_EXTRA = "priority-pubsub[spark]"
 TimeBound = datetime | str | int | None
-TOP_REASONS = 20
+WAIT_FIGURES = ("wait_p50_s", "wait_p95_s", "wait_p99_s", "wait_max_s")
 
 
 @dataclass
@@ -64,8 +80,17 @@ class ReportSummary:
     elapsed_s: float = 0.0
     shuffle_partitions: int | None = None
     steps_s: dict[str, float] = field(default_factory=dict)
-    """Wall seconds of each step (the Spark jobs of step X are described ``report: X``);
-    starvation and capacity run side by side, so their times overlap."""
+    """Wall seconds of each step (the Spark jobs of step X are described ``report: X``)."""
+    state_dir: str = ""
+    full: bool = False
+    files: dict[str, int] = field(default_factory=dict)
+    """This run's files: new (read now), already_read, duplicates, changed, still_open."""
+    records_read: int = 0
+    """Lines read from this run's new files (every class)."""
+    hours_recomputed: list[str] = field(default_factory=list)
+    """The settle hours (UTC, ISO) whose per-hour rows this run recomputed."""
+    priorities: list[dict[str, Any]] = field(default_factory=list)
+    """Per priority: deliveries, wait p50/p95/p99 and the longest wait (``wait_max_s``)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -92,19 +117,33 @@ def run_report(
     until: TimeBound = None,
     target_wait_s: float = DEFAULT_TARGET_WAIT_S,
     spark: SparkSession | None = None,
+    state_dir: str | None = None,
+    full: bool = False,
+    progress: Progress | None = None,
 ) -> ReportSummary:
-    """Run the whole report. Uses ``spark``, else the active session, else starts one on
-    ``master`` (and stops it at the end). ``out_dir`` is a local directory."""
+    """Bring the report up to date with the new journal files. Uses ``spark``, else the
+    active session, else starts one on ``master`` (and stops it at the end). ``out_dir`` is
+    a local directory; ``state_dir`` (default ``<out>/.state``) any Hadoop path. Raises
+    ``StateError`` when another run holds the state or it cannot be used as it is."""
     started = time.monotonic()
     since_ms, until_ms = to_epoch_ms(since), to_epoch_ms(until)  # bad text fails before Spark
-    own = spark is None and _active_session() is None
-    session = spark or _active_session() or _start_session(master)
-    try:
-        bounds = (since_ms, until_ms, since, until)
-        summary = _run(session, journal_glob, out_dir, bounds, target_wait_s)
-    finally:
-        if own:
-            session.stop()
+    out = Path(out_dir).absolute()
+    state = state_dir or str(out / ".state")
+    progress = progress or Progress()
+    lock = local_lock(state) if is_local(state) else contextlib.nullcontext()
+    with lock:  # before Spark starts: a second run is refused at once
+        own = spark is None and _active_session() is None
+        out.mkdir(parents=True, exist_ok=True)
+        with progress.step("start Spark"):
+            session = spark or _active_session() or _start_session(master, out)
+        try:
+            store = Store(session, state)
+            with contextlib.nullcontext() if is_local(state) else remote_lock(store):
+                run = _Run(session, store, out, progress, (since_ms, until_ms, since, until))
+                summary = run.report(journal_glob, target_wait_s, full)
+        finally:
+            if own:
+                session.stop()
     summary.elapsed_s = round(time.monotonic() - started, 3)
     return summary
 
@@ -115,180 +154,159 @@ def _active_session() -> SparkSession | None:
     return SparkSession.getActiveSession()
 
 
-def _start_session(master: str) -> SparkSession:
+def _start_session(master: str, out: Path | None = None) -> SparkSession:
     from pyspark.sql import SparkSession
 
+    settings: dict[str, bool | float | int | str | None] = dict(OWN_SESSION)  # as pyspark asks
+    if out is not None:  # Spark's own log into <out>/spark.log, not onto the terminal
+        settings.update(quiet_spark_options(out, OWN_SESSION))
     return (
         SparkSession.builder.master(master)
         .appName("priority-pubsub-report")
-        .config(map=dict(OWN_SESSION))  # a copy typed as pyspark asks
+        .config(map=settings)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
 
 
-def _run(
-    spark: SparkSession,
-    journal_glob: str,
-    out_dir: str,
-    bounds: tuple[int | None, int | None, TimeBound, TimeBound],
-    target_wait_s: float,
-) -> ReportSummary:
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    partitions = tune(spark, journal_glob)
-    steps = Steps(spark)
-    out = Path(out_dir).absolute()
-    out.mkdir(parents=True, exist_ok=True)
-    since_ms, until_ms, since, until = bounds
-    with steps.step("parse and cache"):
-        loaded = load(spark, journal_glob, since_ms, until_ms, derive=T.with_derived)
-    try:
-        page = PageData(
+@dataclass
+class _Run:
+    """One run against one state: choose files, increment, commit, publish, clean up."""
+
+    spark: SparkSession
+    store: Store
+    out: Path
+    progress: Progress
+    bounds: tuple[int | None, int | None, TimeBound, TimeBound]
+
+    def report(self, journal_glob: str, target_wait_s: float, full: bool) -> ReportSummary:
+        spark, store = self.spark, self.store
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        steps = Steps(spark, listener=self.progress)
+        with steps.step("read state"):
+            manifest = self._usable_manifest(full)
+            published = store.read_text("published") == str(manifest.seq)
+            pending = [] if published else list(manifest.unpublished)
+        with steps.step("find new files"):
+            choice = choose(spark, journal_glob, manifest.files)
+        self.progress.note(_files_line(choice))
+        increment = Increment()
+        started_from = manifest
+        if choice.new:
+            tune_partitions(spark, sum(f.size for f in choice.new))
+            previous = Manifest.from_json(manifest.to_json())
+            previous.unpublished = pending
+            run = new_run_id(manifest.seq + 1)
+            since_ms, until_ms = self.bounds[0], self.bounds[1]
+            manifest, increment = run_increment(
+                spark, store, previous, choice.new, run, (since_ms, until_ms), steps
+            )
+            manifest.format, manifest.journal_schema = STATE_FORMAT, SCHEMA_VERSION
+            manifest.record_columns = list(REPORT_FIELDS)
+            manifest.bounds = [since_ms, until_ms]
+            with steps.step("commit"):
+                store.commit(manifest)
+            pending = manifest.unpublished
+        page = self._page(journal_glob, target_wait_s, manifest)
+        publish(spark, store, manifest, self.out, page, steps, pending, full or manifest.seq == 1)
+        store.write_text("published", str(manifest.seq))
+        with steps.step("clean up state"):
+            store.collect_garbage(manifest, started_from)
+        html_path = self.out / "report.html"
+        html_path.write_text(render(page), encoding="utf-8")
+        return ReportSummary(
+            out_dir=str(self.out),
+            html_path=str(html_path),
+            tables=page.tables,
+            lines=page.counts,
+            deliveries=page.counts.valid,
+            messages=sum(int(r["messages"]) for r in page.attempts),
+            first_ms=page.first_ms,
+            last_ms=page.last_ms,
+            starvation=page.starvation,
+            capacity=page.capacity,
+            observed_peak=page.observed_peak,
+            workers_needed=page.capacity[-1].workers_needed if page.capacity else None,
+            shuffle_partitions=_partitions(spark),
+            steps_s=steps.seconds,
+            state_dir=store.root,
+            full=full,
+            files=_file_counts(choice),
+            records_read=increment.lines.total,
+            hours_recomputed=[_iso_hour(h) for h in increment.hours],
+            priorities=[
+                {k: r[k] for k in ("priority", "attempts", *WAIT_FIGURES)} for r in page.summary
+            ],
+        )
+
+    def _usable_manifest(self, full: bool) -> Manifest:
+        """The state's manifest, or an empty one after wiping the state (``--full``)."""
+        store = self.store
+        if full:
+            for name in ("data", "manifest", "published"):
+                store.delete(name)
+            return Manifest()
+        manifest = store.load_manifest()
+        if manifest.seq == 0:
+            return manifest
+        if manifest.format != STATE_FORMAT or manifest.journal_schema > SCHEMA_VERSION:
+            raise StateError(
+                f"the state in {store.root} was written by another version (state format "
+                f"{manifest.format}, journal schema v{manifest.journal_schema}; this one reads "
+                f"format {STATE_FORMAT}, schema up to v{SCHEMA_VERSION}): rerun with --full"
+            )
+        if manifest.record_columns != list(REPORT_FIELDS):
+            raise StateError(
+                f"the state in {store.root} keeps other record fields "
+                f"({manifest.record_columns}): rerun with --full to rebuild it"
+            )
+        if manifest.bounds != [self.bounds[0], self.bounds[1]]:
+            raise StateError(
+                f"the state in {store.root} was built with other --since/--until bounds: "
+                "rerun with --full, or give another --state"
+            )
+        return manifest
+
+    def _page(self, journal_glob: str, target_wait_s: float, manifest: Manifest) -> PageData:
+        since, until = self.bounds[2], self.bounds[3]
+        return PageData(
             source=journal_glob,
             generated_ms=int(time.time() * 1000),
             target_wait_s=target_wait_s,
-            counts=loaded.counts,
+            counts=line_counts(manifest),
             since=None if since is None else str(since),
             until=None if until is None else str(until),
         )
-        _fill(spark, loaded.valid, out, page, steps)
-    finally:
-        loaded.release()
-    html_path = out / "report.html"
-    html_path.write_text(render(page), encoding="utf-8")
-    return ReportSummary(
-        out_dir=str(out),
-        html_path=str(html_path),
-        tables=page.tables,
-        lines=loaded.counts,
-        deliveries=loaded.counts.valid,
-        messages=sum(int(r["messages"]) for r in page.attempts),
-        first_ms=page.first_ms,
-        last_ms=page.last_ms,
-        starvation=page.starvation,
-        capacity=page.capacity,
-        observed_peak=page.observed_peak,
-        workers_needed=page.capacity[-1].workers_needed if page.capacity else None,
-        shuffle_partitions=partitions,
-        steps_s=steps.seconds,
-    )
 
 
-def _fill(spark: SparkSession, derived: DataFrame, out: Path, page: PageData, steps: Steps) -> None:
-    """Write every table, then read back (small) what the page shows. Each step is one or
-    two Spark jobs over the cached frames; nothing collected grows with the record count.
-    The rollup is cached only for the two steps that read it."""
-    from pyspark.sql import functions as F
-
-    with cached(T.fine_groups(derived)) as fine:
-        with cached(T.rollup(derived, fine)) as rolled:
-            with steps.step("rollup"):
-                coarse = _rows(rolled.where(F.col("level") != T.LEVEL_HOURLY))
-            with steps.step("hourly"):
-                paths = {"hourly": _write(T.hourly(rolled), out, "hourly")}
-        page.summary = sorted(
-            (r for r in coarse if r["level"] == T.LEVEL_PRIORITY), key=lambda r: r["priority"]
-        )
-        page.hourly = _hourly_rows([r for r in coarse if r["level"] == T.LEVEL_PRIORITY_HOUR])
-        page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
-        page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
-        with steps.step("attempts"):
-            paths["attempts"] = _write(T.attempts_distribution(derived, fine), out, "attempts")
-        with steps.step("dead letters"):
-            paths["dead_letters"] = _write(T.dead_letters(derived, fine), out, "dead_letters")
-            page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
-        with steps.step("lifecycle"):
-            with session_conf(spark, ONE_RECORD_PER_GROUP):  # one group per message
-                paths["lifecycle"] = _write(T.lifecycle(derived), out, "lifecycle")
-            life = spark.read.parquet(paths["lifecycle"])
-            page.in_system = _rows(T.time_in_system(life))
-            page.attempts = _rows(T.lifecycle_summary(life))
-
-        priorities = [int(r["priority"]) for r in page.summary]
-
-        def starvation_step() -> None:
-            with steps.step("starvation"):
-                path = _write(starvation(spark, derived, priorities), out, "starvation")
-                page.starvation = collect_rows(spark.read.parquet(path))
-                paths["starvation"] = path
-
-        def capacity_step() -> None:
-            with steps.step("capacity"):
-                peaks = max_in_flight(derived, priorities)
-                page.capacity = capacity(derived, page.target_wait_s, peaks, fine)
-                page.observed_peak = observed_peak(peaks)
-                rows = [asdict(c) for c in page.capacity]
-                paths["capacity"] = _write_rows(spark, rows, out, "capacity")
-
-        _side_by_side(spark, starvation_step, capacity_step)
-    page.tables = paths
+def _files_line(choice: FileChoice) -> str:
+    skipped = choice.already_read + len(choice.duplicates) + len(choice.changed)
+    text = f"{len(choice.new)} new journal file(s), {skipped} already read"
+    if choice.still_open:
+        text += f", {choice.still_open} still being written (.open, skipped)"
+    if choice.changed:
+        text += f"; CHANGED since read, skipped: {', '.join(choice.changed[:3])}"
+    return text
 
 
-def _side_by_side(spark: SparkSession, *steps: Callable[[], None]) -> None:
-    """Run independent steps at once, one driver thread each; raise the first failure.
-
-    Why. Each large stage already keeps every core busy, but between stages the driver
-    works alone: it plans, compiles generated code and runs one-task stages, while the
-    executors wait. Two steps in two threads fill those gaps with each other's tasks (1 M
-    records, 2 cores: starvation and capacity took 6.7 s one after the other on a fresh
-    JVM, 5.7-6.3 s side by side; the report 22.3 -> 19.9-20.9 s). Only for steps that set
-    nothing on the session (``session_conf`` is session-wide: a setting made for one step
-    would reach the jobs the other plans meanwhile). ``inheritable_thread_target`` gives
-    each thread its own JVM thread and job properties (PySpark's pinned thread mode), so
-    each step's jobs keep their ``report: <step>`` description."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import pyspark
-
-    def pinned(step: Callable[[], None]) -> Callable[[], None]:
-        # PySpark >= 4 takes the session (its tags are inherited too), 3.5 the function. A
-        # wrapper per step: one wrapper shares one copy of the properties between threads,
-        # so a job description set in one step would show on the other's jobs.
-        if int(pyspark.__version__.split(".")[0]) >= 4:
-            return pyspark.inheritable_thread_target(spark)(step)
-        return pyspark.inheritable_thread_target(step)
-
-    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="report-step") as pool:
-        futures = [pool.submit(pinned(step)) for step in steps]
-        for future in futures:
-            future.result()
+def _file_counts(choice: FileChoice) -> dict[str, int]:
+    return {
+        "new": len(choice.new),
+        "already_read": choice.already_read,
+        "duplicates": len(choice.duplicates),
+        "changed": len(choice.changed),
+        "still_open": choice.still_open,
+    }
 
 
-def _write(frame: DataFrame, out: Path, name: str) -> str:
-    path = str(out / name)
-    frame.write.mode("overwrite").parquet(path)
-    return path
+def _iso_hour(hour_id: int) -> str:
+    return datetime.fromtimestamp(hour_id * 3600, UTC).strftime("%Y-%m-%dT%H:00Z")
 
 
-def _write_rows(spark: SparkSession, rows: list[dict[str, Any]], out: Path, name: str) -> str:
-    schema = (
-        "priority int, deliveries long, arrival_rate_per_s double, mean_service_s double, "
-        "offered_load double, cumulative_load double, workers_needed int, "
-        "observed_max_in_flight int, observed_mean_in_flight double"
-    )
-    return _write(small_frame(spark, rows, schema), out, name)
-
-
-def _rows(frame: DataFrame) -> list[dict[str, Any]]:
-    return [r.asDict() for r in frame.collect()]
-
-
-def _hourly_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chart points: the hour as epoch ms (the session and the page are both UTC)."""
-    with_ms = [
-        {**r, "hour_ms": int(r["hour"].replace(tzinfo=UTC).timestamp() * 1000)} for r in rows
-    ]
-    return sorted(with_ms, key=lambda r: (r["priority"], r["hour_ms"]))
-
-
-def _top_reasons(dead: DataFrame) -> list[dict[str, Any]]:
-    from pyspark.sql import functions as F
-
-    grouped = dead.groupBy("priority", "queue", "outcome", "reason").agg(
-        F.sum("messages").alias("messages")
-    )
-    return _rows(grouped.orderBy(F.desc("messages"), "priority").limit(TOP_REASONS))
+def _partitions(spark: SparkSession) -> int | None:
+    value = spark.conf.get("spark.sql.shuffle.partitions", None)
+    return int(value) if value else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -302,6 +320,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--since", help="first settle time, ISO 8601 (UTC if no zone)")
     parser.add_argument("--until", help="settle time bound (exclusive), ISO 8601")
     parser.add_argument(
+        "--state", help="state directory, any Hadoop path (default: <out>/.state)"
+    )
+    parser.add_argument(
+        "--full", action="store_true", help="rebuild the state from every journal file"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the JSON summary (also whenever stdout is not a terminal)",
+    )
+    parser.add_argument(
         "--target-wait-s",
         type=float,
         default=DEFAULT_TARGET_WAIT_S,
@@ -311,7 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: prints the summary as one JSON document; 0 ok, 1 failed, 2 bad usage."""
+    """Command line: 0 ok, 1 failed (or another run holds the state), 2 bad usage.
+
+    On a terminal: each step with its time on stderr, then a short summary; with ``--json``
+    or when stdout is not a terminal: the summary as one JSON document (as scripts read it)."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:
@@ -328,6 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if importlib.util.find_spec("pyspark") is None:
         print(f"error: the report needs pyspark: pip install '{SPARK_EXTRA}'", file=sys.stderr)
         return 1
+    as_json = args.json or not sys.stdout.isatty()
+    progress = Progress() if as_json or not sys.stderr.isatty() else TerminalProgress()
     try:
         summary = run_report(
             args.journal_glob,
@@ -336,14 +370,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             since=args.since,
             until=args.until,
             target_wait_s=args.target_wait_s,
+            state_dir=args.state,
+            full=args.full,
+            progress=progress,
         )
+    except StateError as exc:  # another run holds the state, or it must be rebuilt
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except ValueError as exc:  # a bad --since/--until
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # Spark's errors (e.g. no such path) arrive as many classes
         print(f"error: report failed: {_first_line(exc)}", file=sys.stderr)
         return 1
-    print(json.dumps(summary.to_dict(), default=str))
+    data = summary.to_dict()
+    print(json.dumps(data, default=str) if as_json else human_summary(data))
     return 0
 
 

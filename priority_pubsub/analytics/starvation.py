@@ -104,15 +104,16 @@ def _bucket(column: Column) -> Column:
     return F.floor(column / STARVATION_BUCKET_MS)
 
 
-def _minute_starts(derived: DataFrame, targets: DataFrame, lowest_target: int) -> DataFrame:
-    """Per (target, minute): the backlog and the higher-priority count the minute starts from.
+def minute_counts(
+    derived: DataFrame, targets: DataFrame, lowest_target: int, from_ms: int | None = None
+) -> DataFrame:
+    """Per (target, minute): the net backlog change and the higher-priority receives in it.
 
     Counted from the records, not from the events: each record gives its enqueue minute and
     its receive minute (one cheap aggregation per (priority, minute)); each target then sums
-    its own net backlog and every higher priority's receives (a small frame), and a running
-    sum over the minutes before gives the start values. (Counting them from the events made
-    Spark build the events once more for each use of this frame.)"""
-    from pyspark.sql import Window
+    its own net backlog and every higher priority's receives (a small frame). (Counting them
+    from the events made Spark build the events once more for each use of this frame.)
+    ``from_ms`` (a minute boundary): only the minutes from there on."""
     from pyspark.sql import functions as F
 
     first = ((F.col("attempt") == 1) & (F.col("priority") >= lowest_target)).cast("long")
@@ -124,13 +125,14 @@ def _minute_starts(derived: DataFrame, targets: DataFrame, lowest_target: int) -
         F.struct(_bucket(F.col("received_ms")).alias("bucket"), zero.alias("e"),
                  first.alias("r"), one.alias("h")),
     )  # fmt: skip
-    per_priority = (
-        derived.select("priority", F.explode(sides).alias("s"))
-        .groupBy("priority", F.col("s.bucket").alias("bucket"))
-        .agg(F.sum("s.e").alias("e"), F.sum("s.r").alias("r"), F.sum("s.h").alias("h"))
+    sided = derived.select("priority", F.explode(sides).alias("s"))
+    if from_ms is not None:
+        sided = sided.where(F.col("s.bucket") >= from_ms // STARVATION_BUCKET_MS)
+    per_priority = sided.groupBy("priority", F.col("s.bucket").alias("bucket")).agg(
+        F.sum("s.e").alias("e"), F.sum("s.r").alias("r"), F.sum("s.h").alias("h")
     )
     own = F.col("priority") == F.col("target")
-    minutes = (
+    return (
         per_priority.join(F.broadcast(targets), F.col("priority") <= F.col("target"))
         .groupBy("target", "bucket")
         .agg(
@@ -138,10 +140,18 @@ def _minute_starts(derived: DataFrame, targets: DataFrame, lowest_target: int) -
             F.sum(F.when(~own, F.col("h")).otherwise(0)).alias("higher_n"),
         )
     )
+
+
+def minute_starts(counts: DataFrame) -> DataFrame:
+    """Per (target, minute): the backlog and the higher-priority count the minute starts
+    from, a running sum over the minutes before (``minute_counts`` of every minute)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     before = (
         Window.partitionBy("target").orderBy("bucket").rowsBetween(Window.unboundedPreceding, -1)
     )
-    return minutes.select(
+    return counts.select(
         "target",
         "bucket",
         F.coalesce(F.sum("net").over(before), F.lit(0)).alias("backlog0"),
@@ -161,11 +171,11 @@ def _window(duration: Column, start: Column, end: Column, higher: Column) -> Col
     )
 
 
-def _per_minute(events: DataFrame, starts: DataFrame) -> DataFrame:
+def per_minute(events: DataFrame, starts: DataFrame) -> DataFrame:
     """One sort of the events by (target, minute, t, kind) and one pass over it, summed per
     (target, minute): the windows that start and end inside the minute (count, longest),
     the minute's last anchor, and its first receive when no anchor precedes it inside the
-    minute (that window starts in an earlier minute: ``_starvation_rows`` completes it).
+    minute (that window starts in an earlier minute: ``starvation_rows`` completes it).
 
     Running values start from ``starts``, so no task holds more than one minute of one
     target (one window over all of a target's events ran out of memory at 10 M records).
@@ -205,7 +215,7 @@ def _per_minute(events: DataFrame, starts: DataFrame) -> DataFrame:
     )
 
 
-def _starvation_rows(minutes: DataFrame) -> DataFrame:
+def starvation_rows(minutes: DataFrame) -> DataFrame:
     """Per target: windows counted and the longest, each minute's opening receive completed
     with the last anchor of the minutes before (a small frame: one row per minute)."""
     from pyspark.sql import Window
@@ -251,23 +261,68 @@ def _marked(events: DataFrame) -> DataFrame:
     )
 
 
+def targets_of(spark: SparkSession, priorities: list[int]) -> tuple[list[int], DataFrame]:
+    """The priorities that can starve (all but the highest) and them as a small frame."""
+    lower = sorted(set(priorities))[1:]
+    return lower, small_frame(spark, [{"target": p} for p in lower], "target int")
+
+
 def starvation(
     spark: SparkSession, derived: DataFrame, priorities: list[int] | None = None
 ) -> DataFrame:
     """One row per lower priority: its longest starvation window (see module docstring).
 
     ``priorities`` present in ``derived`` may be passed when already known (saves a job)."""
-    from pyspark.sql import functions as F
-
     if priorities is None:
         priorities = [r[0] for r in derived.select("priority").distinct().collect()]
-    lower = sorted(priorities)[1:]
+    _, minutes = starvation_minutes(spark, derived, priorities)
+    return from_minutes(spark, priorities, minutes)
+
+
+def starvation_minutes(
+    spark: SparkSession,
+    derived: DataFrame,
+    priorities: list[int],
+    from_ms: int | None = None,
+    earlier_counts: DataFrame | None = None,
+    earlier_minutes: DataFrame | None = None,
+) -> tuple[DataFrame, DataFrame]:
+    """(``minute_counts``, ``per_minute``) rows of every minute: those from ``from_ms`` on
+    computed from ``derived`` (which must hold every record with an event from there on),
+    the earlier ones taken from ``earlier_*`` (a previous run's rows: an earlier minute's
+    rows depend only on earlier events). Each minute's start values are running sums over
+    all the minutes' counts, so a run reads only the records from ``from_ms`` on."""
+    from pyspark.sql import functions as F
+
+    lower, targets = targets_of(spark, priorities)
+    if not lower:
+        empty = small_frame(spark, [], "target int")
+        return empty, empty
+    counts = minute_counts(derived, targets, lower[0], from_ms)
+    events = _events(derived, lower, priorities)
+    if from_ms is not None:
+        events = events.where(F.col("t") >= from_ms)
+        first_bucket = from_ms // STARVATION_BUCKET_MS
+        if earlier_counts is not None:
+            counts = earlier_counts.where(F.col("bucket") < first_bucket).unionByName(counts)
+    starts = minute_starts(counts)
+    if from_ms is not None:
+        starts = starts.where(F.col("bucket") >= from_ms // STARVATION_BUCKET_MS)
+    minutes = per_minute(events, starts)
+    if from_ms is not None and earlier_minutes is not None:
+        kept = earlier_minutes.where(F.col("bucket") < from_ms // STARVATION_BUCKET_MS)
+        minutes = kept.unionByName(minutes)
+    return counts, minutes
+
+
+def from_minutes(spark: SparkSession, priorities: list[int], minutes: DataFrame) -> DataFrame:
+    """The result table from ``per_minute`` rows of every minute (a small frame)."""
+    from pyspark.sql import functions as F
+
+    lower, targets = targets_of(spark, priorities)
     if not lower:
         return small_frame(spark, [], RESULT_SCHEMA)
-    targets = small_frame(spark, [{"target": p} for p in lower], "target int")
-    lowest = lower[0]
-    starts = _minute_starts(derived, targets, lowest)
-    worst = _starvation_rows(_per_minute(_events(derived, lower, priorities), starts))
+    worst = starvation_rows(minutes)
     return targets.join(worst, "target", "left").select(
         F.col("target").alias("priority"),
         F.coalesce(F.col("windows"), F.lit(0)).alias("windows"),

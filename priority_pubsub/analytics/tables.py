@@ -91,9 +91,12 @@ def _count_of(column: Column) -> Column:
     return F.coalesce(F.sum(column), F.lit(0).cast("long"))
 
 
-def rollup(derived: DataFrame, fine: DataFrame | None = None) -> DataFrame:
+def rollup(
+    derived: DataFrame, fine: DataFrame | None = None, across_hours: bool = True
+) -> DataFrame:
     """Every statistic at three levels: (priority, hour, queue), (priority, hour) and
-    (priority), told apart by ``level`` (``LEVEL_*``).
+    (priority), told apart by ``level`` (``LEVEL_*``); without ``across_hours`` only the
+    first two (the per-hour rows an incremental run recomputes for the hours it touches).
 
     Two aggregations of the records, because a single one ran every aggregate interpreted:
     percentiles are sketches (Spark's object hash aggregate, no generated code), and one of
@@ -126,7 +129,9 @@ def rollup(derived: DataFrame, fine: DataFrame | None = None) -> DataFrame:
         F.max("last_settled_ms").alias("last_settled_ms"),
         F.grouping_id().alias("level"),
     )
-    sketches = _sketches(derived, finest).withColumnsRenamed(
+    if not across_hours:
+        counts = counts.where(F.col("level") != LEVEL_PRIORITY)
+    sketches = _sketches(derived, finest, across_hours).withColumnsRenamed(
         {k: f"_{k}" for k in (*ROLLUP_KEYS, "level")}
     )
     same_group = [counts[k].eqNullSafe(sketches[f"_{k}"]) for k in (*ROLLUP_KEYS, "level")]
@@ -158,7 +163,7 @@ def rollup(derived: DataFrame, fine: DataFrame | None = None) -> DataFrame:
 PERCENTILE_NAMES = tuple(f"{k}_p{round(p * 100)}_s" for k in ("wait", "proc") for p in PERCENTILES)
 
 
-def _sketches(derived: DataFrame, finest: DataFrame) -> DataFrame:
+def _sketches(derived: DataFrame, finest: DataFrame, across_hours: bool = True) -> DataFrame:
     """The percentiles per (priority, hour, queue, level) of ``rollup``.
 
     A (priority, hour) served by one queue holds the same records as its one (priority,
@@ -186,7 +191,7 @@ def _sketches(derived: DataFrame, finest: DataFrame) -> DataFrame:
     groups = F.array(
         group(hour, queue, LEVEL_HOURLY, F.col("shared")),
         F.when(F.col("shared"), group(hour, no_queue, LEVEL_PRIORITY_HOUR, yes)),
-        group(no_hour, no_queue, LEVEL_PRIORITY, yes),
+        *([group(no_hour, no_queue, LEVEL_PRIORITY, yes)] if across_hours else []),
     )
     aggregated = (
         flagged.select("priority", "wait_s", "proc_s", F.explode(groups).alias("g"))
@@ -249,12 +254,24 @@ def dead_letters(derived: DataFrame, fine: DataFrame | None = None) -> DataFrame
     )
 
 
+HOUR_MS = 3_600_000
+
+
 def lifecycle(derived: DataFrame) -> DataFrame:
     """One row per (queue, message_id): attempts until its final outcome, time in system.
 
     The final outcome is that of the last settled attempt; if it was a retry, the message is
-    ``in_progress`` (its end is outside the journal) and has no time in system.
+    ``in_progress`` (its end is outside the journal) and has no time in system. A message is
+    grouped within the UTC hour of its enqueue time (``enq_hour``, epoch hours: every
+    attempt of a message carries its enqueue time), so the rows of an hour can be merged
+    with later records of its messages (``lifecycle_parts``, ``merge_lifecycle``).
     """
+    return lifecycle_view(lifecycle_parts(derived)).drop("enq_hour")
+
+
+def lifecycle_parts(derived: DataFrame) -> DataFrame:
+    """Per (enq_hour, queue, message_id): aggregates that merge with those of more records
+    of the same messages (``merge_lifecycle``)."""
     from pyspark.sql import functions as F
 
     # Every aggregate here keeps a fixed-width buffer, so Spark hash-aggregates. A string
@@ -265,16 +282,45 @@ def lifecycle(derived: DataFrame) -> DataFrame:
     order = F.col("settled_ms") * ATTEMPT_SLOTS + F.least(
         F.col("attempt"), F.lit(ATTEMPT_SLOTS - 1)
     )
-    last = derived.groupBy("queue", "message_id").agg(
+    keyed = (
+        derived
+        if "enq_hour" in derived.columns
+        else derived.withColumn("enq_hour", F.floor(F.col("enqueued_ms") / HOUR_MS))
+    )
+    return keyed.groupBy("enq_hour", "queue", "message_id").agg(
         F.max("priority").alias("priority"),
         F.max("attempt").alias("attempts"),
         F.count("*").alias("deliveries"),
         F.max_by(outcome_code, order).alias("last_code"),
+        F.max(order).alias("last_order"),
         F.min("enqueued_ms").alias("enqueued_ms"),
         F.max("settled_ms").alias("last_settled_ms"),
     )
+
+
+def merge_lifecycle(parts: DataFrame) -> DataFrame:
+    """``lifecycle_parts`` rows of one message (from several runs) merged into one."""
+    from pyspark.sql import functions as F
+
+    return parts.groupBy("enq_hour", "queue", "message_id").agg(
+        F.max("priority").alias("priority"),
+        F.max("attempts").alias("attempts"),
+        F.sum("deliveries").alias("deliveries"),
+        F.max_by("last_code", "last_order").alias("last_code"),
+        F.max("last_order").alias("last_order"),
+        F.min("enqueued_ms").alias("enqueued_ms"),
+        F.max("last_settled_ms").alias("last_settled_ms"),
+    )
+
+
+def lifecycle_view(parts: DataFrame) -> DataFrame:
+    """The published lifecycle columns of ``lifecycle_parts`` rows (and ``enq_hour``)."""
+    from pyspark.sql import functions as F
+
     outcomes = F.array(*map(F.lit, OUTCOMES))
-    last = last.withColumn("last_outcome", F.element_at(outcomes, F.col("last_code").cast("int")))
+    last = parts.withColumn(
+        "last_outcome", F.element_at(outcomes, F.col("last_code").cast("int"))
+    )
     final = F.col("last_outcome").isin(*FINAL_OUTCOMES)
     in_system = (F.col("last_settled_ms") - F.col("enqueued_ms")) / 1000.0
     return last.select(
@@ -286,6 +332,7 @@ def lifecycle(derived: DataFrame) -> DataFrame:
         F.when(final, F.col("last_outcome")).otherwise("in_progress").alias("final_outcome"),
         F.timestamp_millis(F.col("enqueued_ms")).alias("enqueued"),
         F.when(final, in_system).alias("time_in_system_s"),
+        "enq_hour",
     )
 
 

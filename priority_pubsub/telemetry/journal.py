@@ -13,6 +13,14 @@ the kernel's, so a kill -9 of the sidecar loses no line already settled (a user-
 flushed every second lost up to a second of lines per kill). ``fsync: every_line`` also
 syncs each line to disk, to survive power loss, at a cost measured in ``bench/journal.py``.
 A line cut by a crash of the machine mid-write is skipped by readers.
+
+Closed files. A file being written is named ``journal-<replica>-<seq>.jsonl.open``; it is
+renamed to ``journal-<replica>-<seq>.jsonl`` when it is rotated and at a clean stop, so a name
+ending in ``.jsonl`` is complete and never grows again: the report reads each closed file once
+and never an open one. The next start of a sidecar that crashed closes (renames) the files its
+replica left open. The replica is the host name (a pod's name on Kubernetes) and the
+sequence continues from the highest one in the directory, so no two files share a name:
+one sidecar per host and journal directory (two on one host would close each other's files).
 """
 
 from __future__ import annotations
@@ -20,11 +28,12 @@ from __future__ import annotations
 import json
 import operator
 import os
+import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from priority_pubsub.core.message import now_ms
 from priority_pubsub.core.outcome import Kind
 from priority_pubsub.telemetry.logs import get_logger
 
@@ -35,6 +44,8 @@ SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 """Versions this code reads: a version only ever adds outcomes or nullable fields."""
 FieldType = Literal["int", "long", "double", "string"]
+OPEN_SUFFIX = ".open"
+"""The suffix of a journal file still being written (readers skip it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,24 +144,39 @@ def read_journal_lines(path: Path) -> tuple[list[dict[str, object]], int]:
 
 
 class JournalWriter:
-    """Size-rotated JSONL writer: one unbuffered append per line, optionally synced."""
+    """Size-rotated JSONL writer: one unbuffered append per line, optionally synced; each
+    file written as ``.jsonl.open`` and renamed to ``.jsonl`` once complete."""
 
-    def __init__(self, directory: Path, rotate_mb: float, fsync: FsyncPolicy = "none") -> None:
+    def __init__(
+        self, directory: Path, rotate_mb: float, fsync: FsyncPolicy = "none",
+        replica: str | None = None,
+    ) -> None:
         self._directory = directory
         self._rotate_bytes = int(rotate_mb * 1024 * 1024)
         self._sync = fsync == "every_line"
+        self._replica = replica_name(replica or socket.gethostname())
         self._fd: int | None = None
         self._path: Path | None = None
+        self._seq: int | None = None
         self._written = 0
         self._failing = False
         self.records_written = 0
 
     @property
     def current_path(self) -> Path | None:
+        """The file being written (its name ends in ``.open``)."""
         return self._path
 
     def start(self) -> None:
+        """Create the directory and close what a crashed run of this replica left open."""
         self._directory.mkdir(parents=True, exist_ok=True)
+        for path in sorted(self._directory.glob(f"journal-{self._replica}-*.jsonl{OPEN_SUFFIX}")):
+            closed = _closed_name(path)
+            if path.stat().st_size == 0:
+                path.unlink()
+                continue
+            path.rename(closed)
+            log.info("journal file left open by a previous run closed", path=str(closed))
 
     def append(self, record: JournalRecord) -> None:
         """Write the line now. A write error (disk full...) is logged, never raised: the
@@ -174,23 +200,54 @@ class JournalWriter:
         self.records_written += 1
 
     async def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._close_current()
+
+    def _close_current(self) -> None:
+        """Close the file and rename it to its closed name (``.jsonl``): it is complete."""
+        if self._fd is None:
+            return
+        os.close(self._fd)
+        self._fd = None
+        if self._path is not None:
+            try:
+                self._path.rename(_closed_name(self._path))
+            except OSError as exc:  # the next start closes it
+                log.error("journal file not closed", path=str(self._path), error=str(exc))
 
     def _rotate(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        name = f"journal-{now_ms()}-{os.getpid()}.jsonl"
-        path = self._directory / name
-        suffix = 1
-        while path.exists():  # two rotations in one millisecond
-            path = self._directory / f"journal-{now_ms()}-{os.getpid()}-{suffix}.jsonl"
-            suffix += 1
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self._close_current()
+        if self._seq is None:
+            self._seq = self._last_seq()
+        while True:  # O_EXCL: a name already taken (another process) is skipped
+            self._seq += 1
+            path = self._directory / f"journal-{self._replica}-{self._seq:06d}.jsonl{OPEN_SUFFIX}"
+            if _closed_name(path).exists():
+                continue
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+            try:
+                self._fd = os.open(path, flags, 0o644)
+            except FileExistsError:
+                continue
+            break
         self._path = path
         self._written = 0
+
+    def _last_seq(self) -> int:
+        """The highest sequence of this replica's files in the directory (0: none)."""
+        pattern = re.compile(rf"journal-{re.escape(self._replica)}-(\d+)\.jsonl")
+        seqs = [int(m.group(1)) for p in self._directory.glob(f"journal-{self._replica}-*")
+                if (m := pattern.match(p.name))]
+        return max(seqs, default=0)
+
+
+def replica_name(name: str) -> str:
+    """A host name as a file-name part: letters, digits, ``.`` and ``_``; other characters
+    (``-`` separates the name's parts) become ``_``."""
+    return re.sub(r"[^A-Za-z0-9._]", "_", name) or "replica"
+
+
+def _closed_name(path: Path) -> Path:
+    return path.with_name(path.name.removesuffix(OPEN_SUFFIX))
 
 
 def _write_all(fd: int, data: bytes) -> None:

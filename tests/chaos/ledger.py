@@ -71,7 +71,7 @@ def account(scenario: str, published: list[str], seen: Counter[str], waiting: se
 def journal_outcomes(directory: Path) -> dict[str, list[str]]:
     """Outcomes per message id across every replica's journal in ``directory``."""
     outcomes: dict[str, list[str]] = {}
-    for path in sorted(directory.glob("journal-*.jsonl")):
+    for path in sorted(directory.glob("journal-*.jsonl*")):  # open ones too (a kill -9)
         for record in read_journal_lines(path)[0]:
             outcomes.setdefault(str(record["message_id"]), []).append(str(record["outcome"]))
     return outcomes

@@ -55,7 +55,7 @@ def journal_records(directory: Path, *, releases: bool = False) -> list[dict[str
     """The journal's delivery records; ``releases``: also the ``release`` records (messages
     handed back unseen, e.g. the surplus of a wake-up, which tests cannot schedule)."""
     records = []
-    for path in sorted(directory.glob("journal-*.jsonl")):
+    for path in sorted(directory.glob("journal-*.jsonl*")):  # the open file too
         for line in path.read_text().splitlines():
             if line.strip():
                 record = json.loads(line)

@@ -98,7 +98,7 @@ def _message(msg: str, p: int, enqueued: int, i: int) -> list[JournalRecord]:
 BAD_LINES = {
     "malformed": ['{"v":1,"message_id":"torn', "not json at all", "[1, 2, 3]"],
     "unknown_version": [
-        '{"v":3,"message_id":"n1","queue":"q","priority":0,"new_field":true}',
+        '{"v":99,"message_id":"n1","queue":"q","priority":0,"new_field":true}',
         '{"v":7,"message_id":"n2"}',
     ],
     "invalid": [

@@ -218,14 +218,14 @@ def test_a_report_that_fails_leaves_nothing_cached_in_the_session_it_was_given(
 ) -> None:
     # a long-lived session (a notebook, a cluster job running several reports) must not
     # keep a failed report's cached frames
-    from priority_pubsub.analytics import report as report_module
+    from priority_pubsub.analytics import increment
 
     def fails(*_: object) -> None:
         raise RuntimeError("starvation failed")
 
     journals.write(tmp_path / "journal-1.jsonl", journals.stats_journal(per_hour=20, hours=2))
     persisted = spark.sparkContext._jsc.getPersistentRDDs().size()
-    monkeypatch.setattr(report_module, "starvation", fails)
+    monkeypatch.setattr(increment, "starvation_minutes", fails)
     with pytest.raises(RuntimeError, match="starvation failed"):
         run_report(str(tmp_path / "journal-1.jsonl"), str(tmp_path / "out"), spark=spark)
     assert spark.sparkContext._jsc.getPersistentRDDs().size() == persisted

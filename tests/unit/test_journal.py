@@ -83,3 +83,42 @@ def test_torn_last_line_and_unknown_versions_are_counted_not_fatal(tmp_path: Pat
     records, bad = read_journal_lines(path)
     assert [r["message_id"] for r in records] == ["m1"]
     assert bad == 2
+
+
+async def test_a_file_is_open_while_written_and_closed_at_rotation_and_stop(
+    tmp_path: Path,
+) -> None:
+    writer = JournalWriter(tmp_path, rotate_mb=0.0005, replica="pod-a")
+    writer.start()
+    writer.append(record(1))
+    first = writer.current_path
+    assert first is not None
+    assert first.name == "journal-pod_a-000001.jsonl.open"
+    while writer.current_path == first:
+        writer.append(record(2))
+    assert not first.exists()
+    assert first.with_name("journal-pod_a-000001.jsonl").exists()
+    assert writer.current_path.name == "journal-pod_a-000002.jsonl.open"  # type: ignore[union-attr]
+    await writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "journal-pod_a-000001.jsonl", "journal-pod_a-000002.jsonl"]
+
+
+async def test_the_next_start_closes_what_a_crash_left_open_and_continues_the_sequence(
+    tmp_path: Path,
+) -> None:
+    crashed = JournalWriter(tmp_path, rotate_mb=1, replica="pod-a")
+    crashed.start()
+    crashed.append(record(1))  # never closed: as after a kill -9
+    other = tmp_path / "journal-pod_b-000007.jsonl.open"  # another replica's: left alone
+    other.write_text(record(9).to_json() + "\n")
+    (tmp_path / "journal-pod_a-000002.jsonl.open").write_text("")  # empty: removed
+    restarted = JournalWriter(tmp_path, rotate_mb=1, replica="pod-a")
+    restarted.start()
+    assert read_journal_lines(tmp_path / "journal-pod_a-000001.jsonl")[0][0]["message_id"] == "m1"
+    restarted.append(record(3))
+    assert restarted.current_path == tmp_path / "journal-pod_a-000002.jsonl.open"
+    await restarted.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "journal-pod_a-000001.jsonl", "journal-pod_a-000002.jsonl",
+        "journal-pod_b-000007.jsonl.open"]

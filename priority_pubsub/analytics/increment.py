@@ -1,0 +1,335 @@
+"""One incremental run: new journal files in, the state's tables brought up to date.
+
+What a run reads. The new files, once (explicit schema); the stored records of the hours
+their records touch; and the small per-hour and per-minute summaries of every other hour.
+What it writes, all under ``data/<run>/`` of the state (see ``state``):
+
+- ``records/hour_id=H/``: the new valid records, by settle hour (epoch hours);
+- ``lifecycle/enq_hour=E/``: per message, aggregates that merge with later attempts
+  (``tables.lifecycle_parts``), for each enqueue hour the new records touch: the previous
+  rows of that hour merged with the new ones (messages still open at the last run's end
+  are completed here);
+- ``summaries/``: per-hour rows of every hour (the touched hours recomputed from their
+  records, the others copied from the previous run's summaries): ``rollup`` (per queue and
+  per priority, percentiles by ``percentile_approx`` of the hour's records), ``fine``
+  (``tables.fine_groups``: attempts, dead letters and capacity sum them), ``hist``
+  (wait and processing log-scale histograms, ``histogram``), ``life_counts`` and
+  ``life_hist`` per enqueue hour; and per-minute rows of the sweeps (``star_counts``,
+  ``star_minutes``, ``cap_minutes``) recomputed from the first minute a new record has an
+  event in (its enqueue, receive or forward time), from the records settled from then on.
+
+Late and out-of-order records land in their hour: every grouping is by the record's own
+times, never by the file or the run. A record whose enqueue lies far back makes the sweeps
+start there (the backlog after it changed); the other tables stay per hour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from priority_pubsub.analytics import histogram
+from priority_pubsub.analytics import tables as T
+from priority_pubsub.analytics.capacity import sweep_minutes
+from priority_pubsub.analytics.files import JournalFile
+from priority_pubsub.analytics.load import BAD_CLASSES, SAMPLES_PER_CLASS, LineCounts, load
+from priority_pubsub.analytics.schema import REPORT_FIELDS, journal_struct
+from priority_pubsub.analytics.starvation import starvation_minutes
+from priority_pubsub.analytics.state import Manifest, Store
+from priority_pubsub.analytics.tuning import ONE_RECORD_PER_GROUP, Steps, session_conf, side_by_side
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+HOUR_MS = T.HOUR_MS
+MINUTE_MS = 60_000
+SUMMARIES = (
+    "rollup", "fine", "hist", "life_counts", "life_hist", "star_counts", "star_minutes",
+    "cap_minutes",
+)  # fmt: skip
+LINE_FIELDS = ("valid", "malformed", "unknown_version", "invalid", "out_of_range", "released")
+
+
+@dataclass
+class Increment:
+    """What one run added: its line counts, and the hours it recomputed."""
+
+    lines: LineCounts = field(default_factory=LineCounts)
+    hours: list[int] = field(default_factory=list)
+    enqueue_hours: list[int] = field(default_factory=list)
+    sweep_from_hour: int | None = None
+
+
+def record_struct() -> StructType:
+    """The stored records: the report's fields and the settle hour (``hour_key``)."""
+    from pyspark.sql import types as Ty
+
+    journal = journal_struct(with_corrupt_column=False).fields
+    fields = [f for f in journal if f.name in REPORT_FIELDS]
+    return Ty.StructType([*fields, Ty.StructField("hour_key", Ty.LongType(), True)])
+
+
+def with_hour_id(valid: DataFrame) -> DataFrame:
+    """The derived columns (``tables.with_derived``) and ``hour_id``: the settle hour."""
+    from pyspark.sql import functions as F
+
+    derived = T.with_derived(valid)
+    return derived.withColumn("hour_id", F.floor(F.col("settled_ms") / HOUR_MS))
+
+
+def read_records(
+    spark: SparkSession, store: Store, runs_of_hour: dict[str, list[str]], hours: list[int]
+) -> DataFrame | None:
+    """The stored records of ``hours`` (derived, with ``hour_id``); None when there are none."""
+    paths = [
+        store.path("data", run, "records", f"hour_id={h}")
+        for h in hours
+        for run in runs_of_hour.get(str(h), [])
+    ]
+    if not paths:
+        return None
+    return with_hour_id(spark.read.schema(record_struct()).parquet(*paths).select(*REPORT_FIELDS))
+
+
+def summaries_of(spark: SparkSession, store: Store, manifest: Manifest) -> dict[str, DataFrame]:
+    """The summary tables of the state's current run ({} for an empty state)."""
+    if manifest.summaries is None:
+        return {}
+    base = ("data", manifest.summaries, "summaries")
+    return {name: spark.read.parquet(store.path(*base, name)) for name in SUMMARIES}
+
+
+def run_increment(
+    spark: SparkSession,
+    store: Store,
+    previous: Manifest,
+    files: list[JournalFile],
+    run: str,
+    bounds: tuple[int | None, int | None],
+    steps: Steps,
+) -> tuple[Manifest, Increment]:
+    """Read ``files`` and write run ``run``'s data; the manifest to commit and what changed.
+    Nothing is committed here (``Store.commit`` is the caller's last write)."""
+    from pyspark.sql import functions as F
+
+    with steps.step("read new files"):
+        loaded = load(spark, [f.path for f in files], bounds[0], bounds[1], derive=with_hour_id)
+    try:
+        with steps.step("find hours touched"):
+            touched = _touched(loaded.valid)
+        manifest = _next_manifest(previous, files, loaded.counts, run)
+        increment = Increment(lines=loaded.counts)
+        if touched is None:  # no valid record: only the files and lines change
+            return manifest, increment
+        hours, enqueue_hours, priorities, first_event_ms = touched
+        all_priorities = sorted(set(previous.priorities) | set(priorities))
+        sweep_from: int | None = first_event_ms // HOUR_MS
+        if previous.priorities and all_priorities != sorted(previous.priorities):
+            sweep_from = None  # a new priority: every sweep's scopes change, from the start
+        if previous.summaries is None:
+            sweep_from = None
+        increment.hours, increment.enqueue_hours = hours, enqueue_hours
+        increment.sweep_from_hour = sweep_from
+        new = loaded.valid
+        with steps.step("append records"):
+            stored = new.select(*REPORT_FIELDS, F.col("hour_id").alias("hour_key"), "hour_id")
+            stored.write.partitionBy("hour_id").parquet(store.path("data", run, "records"))
+        old_hours = [int(h) for h in previous.records if sweep_from is None or int(h) >= sweep_from]
+        old = read_records(spark, store, previous.records, old_hours)
+        span = new if old is None else new.unionByName(old).persist()
+        try:
+            per_hour = span.where(F.col("hour_id").isin(hours)) if old is not None else new
+            earlier = summaries_of(spark, store, previous)
+            with steps.step("hours recomputed"):
+                _write_hour_summaries(store, run, per_hour, hours, earlier)
+            with steps.step("lifecycle"):
+                _write_lifecycle(spark, store, run, new, previous, enqueue_hours, earlier)
+            with steps.step("starvation and capacity minutes"):
+                from_ms = None if sweep_from is None else sweep_from * HOUR_MS
+                _write_sweeps(spark, store, run, span, all_priorities, from_ms, earlier)
+        finally:
+            if old is not None:
+                span.unpersist()
+        for h in hours:
+            manifest.records.setdefault(str(h), []).append(run)
+        for e in enqueue_hours:
+            manifest.lifecycle[str(e)] = run
+        manifest.summaries = run
+        manifest.priorities = all_priorities
+        manifest.unpublished = sorted(set(manifest.unpublished) | set(enqueue_hours))
+        return manifest, increment
+    finally:
+        loaded.release()
+
+
+def _touched(valid: DataFrame) -> tuple[list[int], list[int], list[int], int] | None:
+    """Settle hours, enqueue hours and priorities of the new records, and their first
+    event (ms): one small aggregation, collected (rows grow with hours, not records)."""
+    from pyspark.sql import functions as F
+
+    first_event = F.least("enqueued_ms", "received_ms", "forwarded_ms", "settled_ms")
+    rows = (
+        valid.groupBy(
+            "hour_id", F.floor(F.col("enqueued_ms") / HOUR_MS).alias("enq_hour"), "priority"
+        )
+        .agg(F.min(first_event).alias("first_ms"))
+        .collect()
+    )
+    if not rows:
+        return None
+    return (
+        sorted({int(r["hour_id"]) for r in rows}),
+        sorted({int(r["enq_hour"]) for r in rows}),
+        sorted({int(r["priority"]) for r in rows}),
+        min(int(r["first_ms"]) for r in rows),
+    )
+
+
+def _next_manifest(
+    previous: Manifest, files: list[JournalFile], counts: LineCounts, run: str
+) -> Manifest:
+    manifest = Manifest.from_json(previous.to_json())  # a deep copy
+    manifest.seq = previous.seq + 1
+    for f in files:
+        manifest.files[f.name] = {"hash": f.hash, "size": f.size, "path": f.path, "run": run}
+    for name in LINE_FIELDS:
+        manifest.lines[name] = manifest.lines.get(name, 0) + int(getattr(counts, name))
+    for klass in BAD_CLASSES:
+        kept = manifest.samples.setdefault(klass, [])
+        kept.extend(counts.samples.get(klass, [])[: SAMPLES_PER_CLASS - len(kept)])
+    return manifest
+
+
+def line_counts(manifest: Manifest) -> LineCounts:
+    """The line counts of every file the state has read."""
+    return LineCounts(
+        **{name: manifest.lines.get(name, 0) for name in LINE_FIELDS},
+        samples={k: list(v) for k, v in manifest.samples.items() if v},
+    )
+
+
+def _histograms(records: DataFrame) -> DataFrame:
+    """Per (hour_id, priority, metric, bucket): how many waits / processing times."""
+    from pyspark.sql import functions as F
+
+    metrics = F.array(
+        F.struct(F.lit("wait").alias("metric"), histogram.bucket(F.col("wait_s")).alias("bucket")),
+        F.struct(F.lit("proc").alias("metric"), histogram.bucket(F.col("proc_s")).alias("bucket")),
+    )
+    return (
+        records.select("hour_id", "priority", F.inline(metrics))
+        .where(F.col("bucket").isNotNull())
+        .groupBy("hour_id", "priority", "metric", "bucket")
+        .agg(F.count("*").alias("n"))
+    )
+
+
+def _write_hour_summaries(
+    store: Store, run: str, records: DataFrame, hours: list[int], earlier: dict[str, DataFrame]
+) -> None:
+    from pyspark.sql import functions as F
+
+    hour_id = F.floor(F.unix_seconds(F.col("hour")) / 3600)
+    fine = T.fine_groups(records).withColumn("hour_id", hour_id).persist()
+    try:
+        fresh = {
+            "fine": fine,
+            "rollup": T.rollup(records, fine.drop("hour_id"), across_hours=False).withColumn(
+                "hour_id", hour_id
+            ),
+            "hist": _histograms(records),
+        }
+        for name, frame in fresh.items():
+            _write_merged(store, run, name, frame, earlier.get(name), ~F.col("hour_id").isin(hours))
+    finally:
+        fine.unpersist()
+
+
+def _write_merged(
+    store: Store,
+    run: str,
+    name: str,
+    fresh: DataFrame,
+    earlier: DataFrame | None,
+    keep: Column,
+) -> None:
+    """Write summary ``name``: the earlier rows ``keep`` selects, and the fresh ones."""
+    frame = fresh if earlier is None else earlier.where(keep).unionByName(fresh)
+    frame.coalesce(1).write.parquet(store.path("data", run, "summaries", name))
+
+
+def _write_lifecycle(
+    spark: SparkSession,
+    store: Store,
+    run: str,
+    new: DataFrame,
+    previous: Manifest,
+    enqueue_hours: list[int],
+    earlier: dict[str, DataFrame],
+) -> None:
+    from pyspark.sql import functions as F
+
+    # one shuffle, by enqueue hour: the aggregation needs no other, and each task writes
+    # whole hours (few files per hour, not one per task and hour)
+    keyed = new.withColumn("enq_hour", F.floor(F.col("enqueued_ms") / HOUR_MS))
+    parts = T.lifecycle_parts(keyed.repartition("enq_hour"))
+    paths = [
+        store.path("data", previous.lifecycle[str(e)], "lifecycle", f"enq_hour={e}")
+        for e in enqueue_hours
+        if str(e) in previous.lifecycle
+    ]
+    if paths:
+        stored = spark.read.parquet(*paths).withColumnRenamed("enq_key", "enq_hour")
+        parts = T.merge_lifecycle(stored.unionByName(parts))
+    path = store.path("data", run, "lifecycle")
+    with session_conf(spark, ONE_RECORD_PER_GROUP):
+        parts.withColumn("enq_key", F.col("enq_hour")).write.partitionBy("enq_hour").parquet(path)
+    written = spark.read.parquet(path).drop("enq_hour").withColumnRenamed("enq_key", "enq_hour")
+    view = T.lifecycle_view(written)
+    counts = view.groupBy("enq_hour", "priority", "final_outcome", "attempts").agg(
+        F.count("*").alias("messages")
+    )
+    in_system = histogram.bucket(F.col("time_in_system_s")).alias("bucket")
+    hist = (
+        view.where(F.col("time_in_system_s").isNotNull())
+        .groupBy("enq_hour", "priority", in_system)
+        .agg(F.count("*").alias("n"))
+    )
+    keep = ~F.col("enq_hour").isin(enqueue_hours)
+    _write_merged(store, run, "life_counts", counts, earlier.get("life_counts"), keep)
+    _write_merged(store, run, "life_hist", hist, earlier.get("life_hist"), keep)
+
+
+def _write_sweeps(
+    spark: SparkSession,
+    store: Store,
+    run: str,
+    records: DataFrame,
+    priorities: list[int],
+    from_ms: int | None,
+    earlier: dict[str, DataFrame],
+) -> None:
+    from pyspark.sql import functions as F
+
+    summaries = ("data", run, "summaries")
+
+    def starvation_step() -> None:
+        counts, minutes = starvation_minutes(
+            spark,
+            records,
+            priorities,
+            from_ms,
+            earlier.get("star_counts") if from_ms is not None else None,
+            earlier.get("star_minutes") if from_ms is not None else None,
+        )
+        counts.coalesce(1).write.parquet(store.path(*summaries, "star_counts"))
+        minutes.coalesce(1).write.parquet(store.path(*summaries, "star_minutes"))
+
+    def capacity_step() -> None:
+        sweep = sweep_minutes(records, priorities, from_ms)
+        kept = earlier.get("cap_minutes") if from_ms is not None else None
+        first_bucket = (from_ms or 0) // MINUTE_MS
+        _write_merged(store, run, "cap_minutes", sweep, kept, F.col("bucket") < first_bucket)
+
+    side_by_side(spark, starvation_step, capacity_step)
