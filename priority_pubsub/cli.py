@@ -461,5 +461,25 @@ def report(
     raise typer.Exit(report_main(argv))
 
 
+config_app = typer.Typer(help="The config file's format.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("schema")
+def config_schema() -> None:
+    """Print the JSON Schema of config.yaml, from the models the sidecar validates with.
+
+    For editors: a config starting with ``# yaml-language-server: $schema=<file or URL>`` is
+    checked and completed as it is typed. ``driver`` is keyed on ``driver.type`` (each
+    installed driver's options); a driver whose SDK is missing is left out (named on stderr)."""
+    from priority_pubsub.settings.schema import config_schema as build
+
+    generated = build()
+    typer.echo(json.dumps(generated.schema, indent=2))
+    for name in generated.missing:
+        typer.echo(f"WARN {name}: not importable (its extra is not installed): left out",
+                   err=True)
+
+
 def main() -> None:
     app()

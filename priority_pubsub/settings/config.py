@@ -39,13 +39,18 @@ DEFAULT_CONFIG_PATH = "config.yaml"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class QueueConfig(_Strict):
     name: str = Field(min_length=1)
+    """The broker's name for it: an SQS queue, a Pub/Sub subscription, a Service Bus queue or
+    ``topic/subscription``, a RabbitMQ queue (or topic), a Redis stream. Listed highest
+    priority first: a queue's index is its priority (0 = highest)."""
     weight: int = Field(default=1, ge=1, le=10_000)
+    """``scheduling: weighted``: the queue's share of free workers among non-empty queues."""
     route: str = ""
+    """Appended to ``app.url`` for this queue's deliveries (``/low``)."""
     reserve: int = Field(default=0, ge=0, le=4096)
     """Workers kept for this queue: a lower queue may not take them while unused (README
     "Long tasks")."""
@@ -78,9 +83,11 @@ class DriverConfig(BaseModel):
     (secrets as ``SecretStr``), so dumping the config prints no secret.
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
 
     type: str = "local"
+    """The driver: ``local``, ``sqs``, ``gcp_pubsub``, ``azure_servicebus``, ``rabbitmq``, ``redis``
+    or a plugin's entry-point name."""
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -96,9 +103,14 @@ class HealthConfig(_Strict):
     """
 
     path: str | None = None
+    """Probe with an HTTP GET of this path on the app's host and port (2xx = healthy); without
+    it, a TCP connect."""
     interval_s: float = Field(default=5, gt=0, le=3600)
+    """Seconds between probes."""
     timeout_s: float = Field(default=0.5, gt=0, le=60)
+    """How long one probe may take."""
     threshold: int = Field(default=3, ge=1, le=1000)
+    """Failed probes in a row that mark the app down (deliveries pause)."""
 
     @field_validator("path")
     @classmethod
@@ -118,16 +130,19 @@ class CircuitBreakerConfig(_Strict):
     (5xx, timeouts) deliveries stop for ``open_s``, then one message is let through."""
 
     consecutive_failures: int = Field(default=5, ge=1, le=100_000)
+    """Retriable failures in a row (5xx, timeouts) that open the breaker."""
     open_s: float = Field(default=30, gt=0, le=86_400)
+    """How long deliveries stop once it is open, before one message is let through."""
 
 
 class TransformEntry(BaseModel):
     """A transform with options: ``{name: s3_claim_check, bucket: B, ...}``; the options are
     validated by the transform's own ``options_model``."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
 
     name: str = Field(min_length=1)
+    """The transform's entry-point name (``s3_claim_check``)."""
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -142,10 +157,17 @@ class AppConfig(_Strict):
     ``AppCallback`` service (apps built with dapr-ext-grpc, ``--app-protocol grpc``). May carry
     ``user:password@`` (basic auth): printed with the password masked."""
     timeout_s: float = Field(default=3600, gt=0)
+    """How long the app may take to answer one delivery; then it is retried (the lease is kept
+    alive meanwhile)."""
     delivery: Literal["cloudevent", "raw"] = "cloudevent"
+    """``cloudevent``: a structured CloudEvent 1.0 (as daprd); ``raw``: the transformed body as is,
+    with its content type."""
     fatal_codes: tuple[int, ...] = (400, 422)
+    """App status codes that dead-letter a message at once, never retried."""
     api_token: SecretStr = SecretStr("")
+    """Sent as the ``dapr-api-token`` header when set (a secret)."""
     max_response_bytes: int = Field(default=65_536, ge=1024)
+    """How much of the app's answer is read."""
     pubsub_name: str = Field(default="pubsub", min_length=1)
     """Native mode: the ``pubsubname`` the app sees (gRPC ``pubsub_name``) and the name the
     publish API answers to. Dapr mode uses the component's name."""
@@ -198,8 +220,11 @@ class AppConfig(_Strict):
 
 class RetryConfig(_Strict):
     max_attempts: int = Field(default=10, ge=1)
+    """Attempts (counted by the broker) after which a retry is dead-lettered instead."""
     initial_delay_s: float = Field(default=1, ge=0)
+    """The first retry's delay; it doubles per attempt."""
     max_delay_s: float = Field(default=600, ge=0)
+    """The longest retry delay."""
     max_uncounted_returns: int = Field(default=100, ge=0, le=1_000_000)
     """How often one message may be handed back uncounted (app unreachable, paused, busy)
     before such returns count toward ``retry.max_attempts``: no message cycles forever."""
@@ -217,14 +242,19 @@ class RetryConfig(_Strict):
 
 class DeadLetterConfig(_Strict):
     queue: str = Field(min_length=1)
+    """Where dead letters go (a queue, or a topic / stream, as the driver names it); must not
+    be one of ``queues``. Without ``dead_letter``, a dead message is deleted (logged and
+    journaled)."""
 
 
 class LeaseConfig(_Strict):
     duration_s: float = Field(default=60, ge=1, le=43_200)
+    """The lease a receive takes; extended every third of it while the app works."""
 
 
 class ShutdownConfig(_Strict):
     grace_s: float = Field(default=30, ge=0)
+    """On SIGTERM, how long in-flight deliveries may finish before the rest is returned."""
     block_s: float = Field(default=0, ge=0)
     """daprd's ``--dapr-block-shutdown-duration``: after SIGTERM keep running (delivering and
     serving the publish API) this long, or until the app's health probe fails, then drain."""
@@ -232,7 +262,10 @@ class ShutdownConfig(_Strict):
 
 class ServerConfig(_Strict):
     host: str = "127.0.0.1"
+    """Address of the ops HTTP server (``/healthz``, ``/readyz``, ``/metrics``); ``0.0.0.0`` in a
+    container."""
     port: int = Field(default=9464, ge=0, le=65535)
+    """Its port."""
     metrics: bool = True
     """False (daprd's ``--enable-metrics=false``): no ``/metrics``; health stays served."""
     depth_interval_s: float = Field(default=15, gt=0)
@@ -250,8 +283,11 @@ class MonitorConfig(_Strict):
     Bearer); actions (pause, drain, requeue, delete) exist only with ``admin_token``."""
 
     enabled: bool = True
+    """False: no ``/monitor`` page and no monitor API."""
     read_token: SecretStr | None = None
+    """When set, reads need it (HTTP Basic password or Bearer token); a secret."""
     admin_token: SecretStr | None = None
+    """Actions (pause, drain, requeue, delete) exist only with it; a secret."""
     refresh_s: float = Field(default=2, ge=0.2, le=60)
     """How often an open page asks for fresh figures."""
     sample_s: float = Field(default=10, ge=0.1, le=60)
@@ -260,7 +296,9 @@ class MonitorConfig(_Strict):
 
 class JournalConfig(_Strict):
     path: Path = Path("./data/journal")
+    """Directory of the delivery journal's JSONL files."""
     rotate_mb: float = Field(default=64, gt=0)
+    """A journal file is rotated at this size."""
     fsync: Literal["none", "every_line"] = "none"
     """none: a line is the kernel's once written (survives a crash of the sidecar);
     every_line: also synced to disk before the next settle (survives power loss)."""
@@ -286,7 +324,9 @@ class TracingConfig(_Strict):
 
 class LogConfig(_Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """Log level (any case)."""
     format: Literal["json", "console"] = "json"
+    """``json`` lines, or ``console`` for humans."""
 
     @field_validator("level", mode="before")
     @classmethod
@@ -295,24 +335,38 @@ class LogConfig(_Strict):
 
 
 class Settings(_Strict):
-    """The whole sidecar configuration (README: Configuration)."""
+    """The whole sidecar configuration (docs/configuration.md)."""
 
     driver: DriverConfig = DriverConfig()
+    """The broker: ``type`` and that driver's own keys."""
     queues: tuple[QueueConfig, ...] = ()
-    """At least one, but for a publisher-only sidecar (``app.push: false``)."""
+    """The queues to consume, highest priority first: at least one, but for a publisher-only
+    sidecar (``app.push: false``) and in Dapr mode (the queues come from the Dapr resources)."""
     scheduling: Literal["strict", "weighted"] = "strict"
+    """``strict``: the highest non-empty queue always wins; ``weighted``: free workers are shared
+    by ``weight`` among non-empty queues (nobody starves)."""
     concurrency: int = Field(default=4, ge=1, le=4096)
+    """Messages delivered at once: the app's capacity."""
     transforms: tuple[str | TransformEntry, ...] = ()
     """Plain names, or entries with options (``TransformEntry``), applied in order."""
     app: AppConfig = AppConfig()
+    """The app: where and how deliveries are sent, its health and circuit breaker."""
     retry: RetryConfig = RetryConfig()
+    """Backoff of retried messages and when they are dead-lettered."""
     dead_letter: DeadLetterConfig | None = None
+    """Where dead letters go; without it, a dead message is deleted (logged and journaled)."""
     lease: LeaseConfig = LeaseConfig()
+    """How long a received message stays leased to this sidecar."""
     shutdown: ShutdownConfig = ShutdownConfig()
+    """Graceful stop."""
     server: ServerConfig = ServerConfig()
+    """The ops HTTP server: health, readiness, metrics."""
     monitor: MonitorConfig = MonitorConfig()
+    """The live monitor page and its JSON API on the ops server: on, read-only, by default."""
     journal: JournalConfig | None = None
+    """One JSON line per settled attempt (the delivery report reads them); off when omitted."""
     log: LogConfig = LogConfig()
+    """Logging."""
     tracing: TracingConfig | None = None
     """Off unless set here or ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is in the environment."""
     _driver_options: DriverOptions | None = PrivateAttr(default=None)

@@ -19,13 +19,18 @@ class TopicPriority(BaseModel):
     ``{topic: orders-high, reserve: 1, max_concurrency: 2, max_wait_s: 600}``. The values are
     checked as ``queues[]`` entries are, once the topics are queues."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     topic: str = Field(min_length=1)
+    """The topic, at this place in the order."""
     reserve: int | None = None
+    """As ``queues[].reserve``, for the topic's queue."""
     max_concurrency: int | None = None
+    """As ``queues[].max_concurrency``."""
     max_wait_s: float | None = None
+    """As ``queues[].max_wait_s``."""
     wait_slo_s: float | None = None
+    """As ``queues[].wait_slo_s``."""
 
     def capacity(self) -> dict[str, float | int]:
         """The settings this entry gives (those left out are not given)."""
@@ -43,12 +48,16 @@ class DaprConfig(BaseModel):
     routed by the envelope's topic).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     resources_path: tuple[Path, ...] = Field(min_length=1)
+    """Dapr resources directories (daprd's ``--resources-path``)."""
     app_id: str = Field(min_length=1)
+    """The app id (daprd's ``--app-id``): scopes, consumer ids, the events' ``source``."""
     priorities: tuple[str | TopicPriority, ...] = ()
+    """Topics, highest priority first; unlisted topics come after, in the order found."""
     queue_layout: Literal["per-topic", "shared"] = "per-topic"
+    """``per-topic``: a queue per topic (priorities work); ``shared``: daprd's snssqs queue."""
     subscribe_timeout_s: float = Field(default=60, gt=0)
     """How long start-up waits for the app to answer ``GET /dapr/subscribe``."""
     programmatic_subscriptions: bool = True

@@ -18,7 +18,7 @@ class DriverOptions(BaseModel):
     ``extra="forbid"``: a misspelt driver key is an error naming ``driver.<key>``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,3 +75,7 @@ def instantiate_transform(name: str, options: dict[str, Any]) -> Any:
 
 def available_drivers() -> list[str]:
     return sorted(_entry_points(DRIVER_GROUP))
+
+
+def available_transforms() -> list[str]:
+    return sorted(_entry_points(TRANSFORM_GROUP))

@@ -66,7 +66,7 @@ _DENIED = frozenset({"AccessDenied", "403", "Forbidden", "AllAccessDisabled",
 class ClaimCheckOptions(BaseModel):
     """``transforms: [{name: s3_claim_check, bucket: B, ...}]``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     bucket: str | None = Field(default=None, min_length=3)
     """Where ``publish`` puts bodies over the threshold (received pointers name their own)."""

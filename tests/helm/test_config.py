@@ -19,11 +19,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.settings.config import CONFIG_ENV, ENV_PREFIX, Settings, load_config
+from priority_pubsub.settings.schema import config_schema
 from tests.helm.conftest import Helm
 from tests.helm.manifests import (
     EXAMPLES,
@@ -211,3 +213,16 @@ def test_a_numeric_secret_stays_a_string(
     monkeypatch.setitem(SAMPLE_SECRETS, "PRIORITY_PUBSUB_APP__API_TOKEN", "1234567890")
     settings = load_as_sidecar(docs, sidecar_container(pod), tmp_path, monkeypatch)
     assert settings.app.api_token.get_secret_value() == "1234567890"
+
+
+@pytest.mark.parametrize("example", [None, *EXAMPLES],
+                         ids=["defaults", *(p.name.removesuffix("-values.yaml") for p in EXAMPLES)])
+def test_rendered_config_passes_the_json_schema(helm: Helm, example: Path | None) -> None:
+    """The config file the chart renders, every mode and driver example, passes the schema
+    editors use (``priority-pubsub config schema``); the sidecar's acceptance is above."""
+    sets = ["app.image.repository=registry.example.com/app"]
+    docs = helm.render([example] if example else [], sets)
+    schema = config_schema().schema
+    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(
+        config_of(docs))]
+    assert errors == []
