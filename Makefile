@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 BASE_STAMP := $(VENV)/.base-stamp
 PYTHON ?= python3
 
-.PHONY: install prerequisites demo lint typecheck test chaos image-test bench clean
+.PHONY: install prerequisites demo lint typecheck docs test chaos image-test bench clean
 
 # The demo needs only the core (local driver, no cloud SDKs, no Spark): a quick first run.
 $(BASE_STAMP): pyproject.toml
@@ -38,7 +38,12 @@ typecheck: install
 # per worker at a time (a file's module fixtures and servers stay in one process).
 PYTEST_WORKERS ?= -n 3 --dist loadfile
 
-test: prerequisites lint typecheck
+# The manual (mkdocs.yml) into build/site; --strict: a broken link or anchor fails the build.
+# The reference pages are generated from the config models and the CLI while it builds.
+docs: install
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict --quiet
+
+test: prerequisites lint typecheck docs
 	$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The chaos scenarios alone (make test runs them too): kill -9 under load, app faults, a
