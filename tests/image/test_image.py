@@ -3,7 +3,7 @@ a separate, time-boxed step of ``.ci/run``; excluded from ``make test`` by the `
 marker).
 
 Built from the Dockerfile as users build it; where no registry is reachable the base is the
-same Debian release made from Debian packages (``scripts/image/build.sh``, README "Building
+same Debian release made from Debian packages (``scripts/image/build.sh``, docs/deploy.md "Building
 the image"). The container runs on the host network with the image's own config, a data
 directory mounted at /data and an app on loopback.
 """
@@ -23,9 +23,13 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
+import yaml
 
 from tests.e2e.helpers import queue_rows
 from tests.support.app import RecordingApp, Reply
+from tests.support.dapr_resources import dapr_event, subscription_v2, write_resources
+from tests.support.redis_server import unique
 from tests.support.servers import free_port, skip_or_fail
 
 pytestmark = pytest.mark.image
@@ -89,6 +93,11 @@ class Container:
         return f"http://127.0.0.1:{self.port}{path}"
 
 
+_RUN_ARGS = ("--network", "host", "--read-only", "--tmpfs", "/tmp")
+"""How every test runs the image: the host's network (apps and brokers on loopback), the root
+filesystem read-only as Kubernetes runs it, /tmp a tmpfs."""
+
+
 @pytest.fixture
 def container(image: dict[str, str], tmp_path: Path, app: RecordingApp) -> Iterator[Container]:
     data = tmp_path / "data"
@@ -97,8 +106,8 @@ def container(image: dict[str, str], tmp_path: Path, app: RecordingApp) -> Itera
     port = free_port()
     name = f"pp-image-{port}"
     _podman(
-        "run", "-d", "--name", name, "--network", "host", "--read-only", "--tmpfs", "/tmp",
-        "-v", f"{data}:/data", *_ulimits(),
+        "run", "-d", "--name", name, *_RUN_ARGS, *_ulimits(),
+        "-v", f"{data}:/data",
         "-e", f"PRIORITY_PUBSUB_SERVER__PORT={port}",
         "-e", f"PRIORITY_PUBSUB_APP__URL={app.url}/tasks",
         "-e", f"PRIORITY_PUBSUB_SHUTDOWN__GRACE_S={GRACE_S}",
@@ -239,3 +248,57 @@ def test_a_message_reaches_the_app_and_sigterm_exits_0_within_the_grace(
     assert GRACE_S - 1 <= elapsed <= GRACE_S + 10, elapsed  # drained for the grace, no more
     returned = queue_rows(container.data / "queues.db", "tasks-low")
     assert [(r["leased"], r["attempts"]) for r in returned] == [(False, 1)]  # back, not lost
+
+
+def test_dapr_mode_delivers_from_a_redis_component(
+    image: dict[str, str], tmp_path: Path, app: RecordingApp, redis_url: str
+) -> None:
+    """Dapr mode in the image (the ``dapr`` extra): daprd's command line after the entrypoint,
+    a resources directory mounted read-only (a ``pubsub.redis`` Component and a Subscription),
+    a Dapr-mode config file (no queues) named by ``PRIORITY_PUBSUB_CONFIG``, as the chart
+    mounts them. An event written as daprd's ``pubsub.redis`` writes it reaches the
+    subscription's route, unchanged."""
+    topic, app_id = unique("image-orders"), unique("image-app")
+    host_port = redis_url.removeprefix("redis://").split("/")[0]
+    resources = write_resources(
+        tmp_path / "resources",
+        {"apiVersion": "dapr.io/v1alpha1", "kind": "Component", "metadata": {"name": "orderpubsub"},
+         "spec": {"type": "pubsub.redis", "version": "v1",
+                  "metadata": [{"name": "redisHost", "value": host_port}]}},
+        subscription_v2("orders", "orderpubsub", topic, default="/orders"),
+    )
+    settings = tmp_path / "settings"
+    settings.mkdir()
+    port = free_port()
+    (settings / "config.yaml").write_text(yaml.safe_dump({
+        "dapr": {"priorities": [topic]}, "server": {"host": "127.0.0.1", "port": port},
+        "shutdown": {"grace_s": GRACE_S}}))
+    for path in (resources, settings, *resources.iterdir(), *settings.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)  # readable by the image's user
+    name = f"pp-image-dapr-{port}"
+    _podman(
+        "run", "-d", "--name", name, *_RUN_ARGS, *_ulimits(),
+        "-v", f"{resources}:/etc/dapr/resources:ro", "-v", f"{settings}:/etc/pp-dapr:ro",
+        "-e", "PRIORITY_PUBSUB_CONFIG=/etc/pp-dapr/config.yaml",
+        TAG, "--app-id", app_id, "--resources-path", "/etc/dapr/resources",
+        "--app-port", str(app.port), "--disable-init-endpoints", "subscribe",
+    )
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        _wait_ready(Container(name, port, tmp_path))
+        body = dapr_event({"orderId": 7}, topic=topic, pubsub="orderpubsub")
+        raw.xadd(topic, {"data": body})
+        (delivered,) = app.wait_for(1, timeout_s=30)
+        assert delivered.path == "/orders"
+        assert delivered.event == json.loads(body)  # daprd's delivery: the event unchanged
+        assert delivered.headers["pubsubname"] == "orderpubsub"
+        _podman("kill", "--signal", "TERM", name)
+        assert _podman("wait", name, timeout_s=GRACE_S + 30).stdout.strip() == "0"
+        [group] = raw.xinfo_groups(topic)  # daprd's layout: the group is the app id
+        assert (group["name"].decode(), group["pending"]) == (app_id, 0)
+    finally:
+        logs = _podman("logs", name, check=False)
+        _podman("rm", "-f", "-t", "0", name, check=False)
+        print(logs.stdout[-3000:], logs.stderr[-3000:])
+        raw.delete(topic)
+        raw.close()
