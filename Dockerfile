@@ -13,7 +13,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # ---- build: a virtualenv with the package and the chosen drivers' SDKs -------------------
 # PYTHON_IMAGE names the base of both stages. The default is the public image; where no
 # registry is reachable, scripts/image/build.sh passes a Debian base of the same release made
-# from Debian packages (python3 + venv; see README "Building the image").
+# from Debian packages (python3 + venv; see docs/deploy.md).
 FROM ${PYTHON_IMAGE} AS build
 ARG EXTRAS="sqs,gcp,azure,redis,tracing,dapr,grpc"
 ENV PIP_NO_CACHE_DIR=1 \

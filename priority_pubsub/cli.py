@@ -1,4 +1,4 @@
-"""The ``priority-pubsub`` command line (README#command-line).
+"""The ``priority-pubsub`` command line (docs/reference/cli.md).
 
 Exit codes: 0 clean, 1 fatal error, 2 invalid config (one line naming the key path).
 """

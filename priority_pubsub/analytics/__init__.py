@@ -1,4 +1,4 @@
-"""The delivery report: a PySpark job over the sidecar's journal (README#report).
+"""The delivery report: a PySpark job over the sidecar's journal (docs/operations/report.md).
 
 This package is never imported by the sidecar runtime, and pyspark is imported lazily inside
 its functions only, so the sidecar image needs neither Spark nor Java. Entry points live in

@@ -1,5 +1,5 @@
 """Turn a transformed message into the HTTP request Dapr's sidecar would send
-(README#the-app-contract-as-daprs-sidecar-does-it).
+(docs/app/contract.md).
 
 Pure functions: no I/O, so every rule of the app contract is unit-testable.
 """

@@ -27,15 +27,14 @@ def classify(
     exact_status: bool = False,
     retry_after: str | None = None,
 ) -> Outcome:
-    """The app's answer as an outcome (README#the-app-contract-as-daprs-sidecar-does-it),
+    """The app's answer as an outcome (docs/app/contract.md),
     following daprd's HTTP subscriber (dapr ``pkg/runtime/subscription/postman/http/http.go``):
     any 2xx whose body is not a JSON object, or whose ``status`` is empty or SUCCESS, acks;
     RETRY and unknown statuses retry; DROP and 404 drop; every other code retries. Two
     differences, both native conveniences: ``fatal_codes`` (empty in Dapr mode) dead-letter at
     once, and status strings match case-insensitively unless ``exact_status`` (Dapr mode:
     daprd compares exactly). And the app's "not now": 429 or 503 with a ``Retry-After`` is a
-    release (the app did not take the message), not a failed attempt (README "When the app is
-    down").
+    release (the app did not take the message), not a failed attempt (docs/app/down.md).
     """
     if 200 <= status < 300:
         return _classify_success(status, body, exact_status)

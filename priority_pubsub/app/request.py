@@ -65,7 +65,7 @@ class DropHandler(Protocol):
 
 class NativeDelivery:
     """``app.url`` + the queue's ``route``; the body per ``app.delivery``
-    (README#the-app-contract-as-daprs-sidecar-does-it)."""
+    (docs/app/contract.md)."""
 
     def __init__(self, settings: Settings) -> None:
         app_url = settings.app.url.get_secret_value()

@@ -1,5 +1,5 @@
 """The effective capacity plan ``check`` and ``stats`` print: which queue may use how many
-workers (README "Long tasks").
+workers (docs/long-tasks.md).
 
 Read from the same rule the dispatcher applies (``scheduler.allowances``) with the app idle:
 a queue may use every worker but those reserved for the queues above it, and never more than

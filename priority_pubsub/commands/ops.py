@@ -111,7 +111,7 @@ async def publish_messages(
 
 
 async def collect_stats(settings: Settings) -> dict[str, Any]:
-    """The ``stats --json`` document (version 1, documented in the README)."""
+    """The ``stats --json`` document (version 1, documented in docs/reference/index.md)."""
     async with open_driver(settings, existing=True) as driver:
         queues = [
             {"name": name, "priority": priority, **await _depth(driver, name)}

@@ -3,7 +3,7 @@
 Flags that mean something here are read under daprd's names into config keys; a flag that
 only tunes what daprd does and this sidecar does not serve is ignored with one warning naming
 it; a flag whose omission would weaken security or change delivery is an error. Names and
-defaults from dapr ``cmd/daprd/options/options.go`` (README "daprd's command line").
+defaults from dapr ``cmd/daprd/options/options.go`` (docs/dapr/migration.md).
 """
 
 from __future__ import annotations

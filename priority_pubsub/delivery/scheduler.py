@@ -6,7 +6,7 @@ the weights (6/3/1 -> 60/30/10 %) and no queue starves; empty queues give their 
 
 Before either mode picks, the capacity rule (``allowances``) decides how many messages each
 queue may take at all: reserved workers of higher queues stay free, per-queue limits hold
-(README "Long tasks"). ``overdue`` names the queues the starvation bound promotes.
+(docs/long-tasks.md). ``overdue`` names the queues the starvation bound promotes.
 Nothing here does I/O or reads a clock (the time is passed in), so tests replay decisions
 exactly.
 """

@@ -12,7 +12,7 @@ The kit every driver uses, so each one only says what is particular to its broke
 
 * ``Lease.require_live`` (a settle after the lease lapsed is refused with ``LeaseLost``);
 * the message attribute names written on dead letters (``DEAD_LETTER_*``, listed in the
-  README: users filter on them, so they never change);
+  docs/concepts.md: users filter on them, so they never change);
 * ``own_options``: the one way a driver gets its options model from the core;
 * ``map_errors``: the one ``try/except/raise from`` around SDK calls, given the driver's own
   ``map_error(exc, action, settling=...)`` (each driver has exactly one, under that name);

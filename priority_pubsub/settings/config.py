@@ -52,8 +52,8 @@ class QueueConfig(_Strict):
     route: str = ""
     """Appended to ``app.url`` for this queue's deliveries (``/low``)."""
     reserve: int = Field(default=0, ge=0, le=4096)
-    """Workers kept for this queue: a lower queue may not take them while unused (README
-    "Long tasks")."""
+    """Workers kept for this queue: a lower queue may not take them while unused
+    (docs/long-tasks.md)."""
     max_concurrency: int | None = Field(default=None, ge=1, le=4096)
     """At most this many of this queue's messages at the app at once; None: no own limit."""
     max_wait_s: float | None = Field(default=None, gt=0, le=31_536_000)
@@ -305,7 +305,7 @@ class JournalConfig(_Strict):
 
 
 class TracingConfig(_Strict):
-    """OpenTelemetry export of one span per delivery attempt (README "Tracing").
+    """OpenTelemetry export of one span per delivery attempt (docs/operations/tracing.md).
 
     Unset keys fall back to the standard ``OTEL_EXPORTER_OTLP_*`` environment variables."""
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 DAPR_API_GROUP = "dapr.io/"
 """The API group of every Dapr manifest (``apiVersion: dapr.io/v1alpha1``)."""
 CAPACITY_KEYS = ("reserve", "max_concurrency", "max_wait_s", "wait_slo_s")
-"""Per-topic capacity settings (README "Long tasks"): a ``dapr.priorities`` mapping entry or
+"""Per-topic capacity settings (docs/long-tasks.md): a ``dapr.priorities`` mapping entry or
 a Subscription's metadata sets them as ``queues[]`` entries do."""
 
 

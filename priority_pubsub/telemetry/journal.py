@@ -116,7 +116,7 @@ assert {f.name for f in JOURNAL_FIELDS} == set(JournalRecord.__dataclass_fields_
 
 
 def schema_markdown() -> str:
-    """The schema as the README publishes it (a test keeps the README in step)."""
+    """The schema as docs/operations/journal.md publishes it (a test keeps the page in step)."""
     rows = ["| field | type | null | meaning |", "|---|---|---|---|"]
     rows += [f"| `{f.name}` | {f.type} | {'yes' if f.nullable else 'no'} | {f.doc} |"
              for f in JOURNAL_FIELDS]

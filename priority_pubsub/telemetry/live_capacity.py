@@ -8,7 +8,7 @@ queue's depth where the broker tells it, the service time is ``settled - forward
 strict priorities a queue competes with the queues above it, so queue p is sized on the load
 of queues 0..p together, as the report sizes priority p. Across replicas the figures add up
 (each saw its own deliveries); the depth term is the queue's own, seen by every replica, so a
-backlog's growth is counted once per replica (README "Long tasks").
+backlog's growth is counted once per replica (docs/long-tasks.md).
 """
 
 from __future__ import annotations

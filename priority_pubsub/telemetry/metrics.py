@@ -1,4 +1,5 @@
-"""Prometheus metrics (README#operations). Labels are bounded sets: queue, priority, outcome, empty.
+"""Prometheus metrics (docs/operations/index.md). Labels are bounded sets: queue, priority,
+outcome, empty.
 
 Each sidecar owns its registry, so tests can run several in one process.
 """

@@ -125,7 +125,7 @@ class DeliveryObserver:
 
 
 def fields(event: Settled) -> dict[str, object]:
-    """The fields every delivery log line carries (README "Operations")."""
+    """The fields every delivery log line carries (docs/operations/index.md)."""
     message = event.message
     return {
         "message_id": message.id, "queue": message.queue, "priority": message.priority,

@@ -174,8 +174,8 @@ class DriverConformance:
         await asyncio.sleep(harness.settle_s)
         [again] = await receive_all(driver, harness.queues[0], 1)
         assert again.body == b"unseen"
-        # What each broker counts (README "What counts as an attempt"): the local driver undoes
-        # the claim; SQS, Pub/Sub and Service Bus cannot, and say so.
+        # What each broker counts (docs/concepts.md "What counts as an attempt"): the local
+        # driver undoes the claim; SQS, Pub/Sub and Service Bus cannot, and say so.
         counted = 1 if type(driver).releases_count_as_attempts else 0
         assert again.attempt == first.attempt + counted
         await driver.ack(again)

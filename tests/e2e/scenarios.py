@@ -108,7 +108,7 @@ class SidecarScenarios(LongTaskScenarios):
     counts_exactly: ClassVar[bool] = False
     """The driver owns its delivery count and undoes it for a return (local): every message
     reaches the app first as attempt 1, even those in hand when the app went away. Elsewhere
-    an outage costs the messages in hand one count (README "When the app is down")."""
+    an outage costs the messages in hand one count (docs/app/down.md)."""
 
     def config(self, topology: Topology, directory: Path, app: RecordingApp, queues: list[str],
                **overrides: Any) -> dict[str, Any]:

@@ -195,8 +195,9 @@ def test_driver_cross_field_checks_fail_check_offline_with_one_line(
 
 
 def test_readme_hand_run_on_the_repo_config_with_the_sample_app(tmp_path: Path) -> None:
-    """The README's steps: the sample app on config.yaml's port, the sidecar on the repo's own
-    config.yaml (paths and ports moved into tmp_path), a publish, delivered and acked."""
+    """The getting-started steps (docs/getting-started.md): the sample app on config.yaml's
+    port, the sidecar on the repo's own config.yaml (paths and ports moved into tmp_path), a
+    publish, delivered and acked."""
     import subprocess
     import sys
 

@@ -1,4 +1,4 @@
-"""The app contract end to end (README#the-app-contract-as-daprs-sidecar-does-it): every row
+"""The app contract end to end (docs/app/contract.md): every row
 of Dapr's response table, fatal codes, backoff timing, max attempts and transform errors,
 through the real CLI and a real app."""
 

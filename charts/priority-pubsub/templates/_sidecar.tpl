@@ -36,7 +36,7 @@ roll the pods when the config changes.
   {{- end }}
   {{- with .Values.dapr }}
   {{- if .enabled }}
-  # daprd's flags: the Dapr resources directory and the app id (README "Migrating from Dapr").
+  # daprd's flags: the Dapr resources directory and the app id (docs/dapr/migration.md).
   args: ["--resources-path", {{ .resources.mountPath | quote }}, "--app-id", {{ .appId | quote }}]
   {{- end }}
   {{- end }}

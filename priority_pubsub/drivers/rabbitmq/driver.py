@@ -99,7 +99,7 @@ class RabbitOptions(DriverOptions):
     consumer_id: str | None = Field(default=None, min_length=1)
     """Dapr layout: the app id (Dapr's ``consumerID``); queues are ``{consumer_id}-{topic}``."""
     native_priority: bool = False
-    """All configured names share one queue with ``x-max-priority`` (see the README)."""
+    """All configured names share one queue with ``x-max-priority`` (docs/brokers/rabbitmq.md)."""
     native_queue: str | None = Field(default=None, min_length=1)
     """Native mode: the queue (or Dapr topic) holding every priority; default the first name."""
     queue_type: Literal["classic", "quorum"] = "classic"
