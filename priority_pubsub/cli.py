@@ -1,4 +1,5 @@
-"""The ``priority-pubsub`` command line (docs/reference/cli.md).
+"""The ``priority-pubsub`` command line (its reference page, docs/reference/cli.md, is generated
+from these commands when the site is built).
 
 Exit codes: 0 clean, 1 fatal error, 2 invalid config (one line naming the key path).
 """
