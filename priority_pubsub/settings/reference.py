@@ -116,8 +116,9 @@ def _default(prop: Schema, resolved: Schema, nested: bool) -> str:
 
 def _env(path: list[str], in_list: bool) -> str:
     if in_list:
-        listed = next(part for part in path if part.endswith("[]")).removesuffix("[]")
-        return f"`{ENV_PREFIX}_{listed.upper()}` (the whole list)"
+        upto = next(i for i, part in enumerate(path) if part.endswith("[]"))
+        listed = [*path[:upto], path[upto].removesuffix("[]")]
+        return f"`{ENV_PREFIX}_{'__'.join(part.upper() for part in listed)}` (the whole list)"
     return f"`{ENV_PREFIX}_{'__'.join(part.upper() for part in path)}`"
 
 

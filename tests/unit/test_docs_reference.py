@@ -98,6 +98,16 @@ def test_the_documented_variable_sets_the_key(
     assert read(load_config(config))
 
 
+def test_a_key_in_a_list_names_the_lists_variable() -> None:
+    rows = {k.path: k for section in sections() for k in section.keys}
+    in_lists = [key for key in rows.values() if "[]." in key.path]
+    assert {"queues[].name", "dapr.priorities[].topic", "transforms[].bucket"} <= {
+        key.path for key in in_lists}
+    for key in in_lists:
+        listed = key.path.split("[].")[0]
+        assert key.env == f"{rows[listed].env} (the whole list)", key.path
+
+
 def _registered(app: typer.Typer, prefix: str = "") -> Iterator[str]:
     for command in app.registered_commands:
         name = command.name or (command.callback.__name__ if command.callback else "")
