@@ -185,3 +185,28 @@ def test_transform_options_are_checked_by_name(validator: jsonschema.protocols.V
     assert not validator.is_valid({**BASE, "transforms": [{"name": "s3_claim_check", "x": 1}]})
     assert not validator.is_valid({**BASE, "transforms": [{"name": "base64", "x": 1}]})
     assert not validator.is_valid({**BASE, "transforms": ["no_such_transform"]})
+
+
+def test_a_driver_whose_sdk_is_missing_is_left_out_and_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As on an install without the ``sqs`` extra: the schema still comes, without that
+    driver, and the command says on stderr what it left out."""
+    from priority_pubsub.settings import schema as module
+
+    real = module.driver_options_model
+
+    def without_sqs(name: str) -> Any:
+        if name == "sqs":
+            raise ConfigError("driver 'sqs' cannot be imported (boto3)")
+        return real(name)
+
+    monkeypatch.setattr(module, "driver_options_model", without_sqs)
+    generated = config_schema()
+    assert "sqs" not in generated.drivers
+    assert generated.missing == ("priority_pubsub.drivers:sqs",)
+    result = CliRunner().invoke(cli.app, ["config", "schema"])
+    assert result.exit_code == 0
+    driver = json.loads(result.stdout)["properties"]["driver"]
+    assert "sqs" not in driver["properties"]["type"]["enum"]
+    assert "WARN priority_pubsub.drivers:sqs" in result.stderr
