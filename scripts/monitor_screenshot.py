@@ -1,4 +1,4 @@
-"""Take the README's screenshot of the monitor page under load (docs/img/monitor.png).
+"""Take the docs' screenshot of the monitor page under load (docs/img/monitor.png).
 
 A sidecar (local driver, three queues, concurrency 4) with a real app that answers in 0.5-3 s
 and refuses some messages (dead letters), a steady stream published to all three queues for

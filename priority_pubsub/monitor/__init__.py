@@ -1,4 +1,4 @@
-"""The live monitor page and its JSON API on the ops server (README "Monitor").
+"""The live monitor page and its JSON API on the ops server (docs/operations/monitor.md).
 
 Between ``sidecar`` (which builds it from its parts) and the layers it reads: may import
 ``delivery``, ``app``, ``drivers``, ``telemetry``, ``settings`` and ``core``; never

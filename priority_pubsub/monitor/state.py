@@ -114,7 +114,7 @@ def _overview(src: MonitorSources, held: list[Message], wall_ms: int) -> dict[st
 
 
 def _reserve_plan(settings: Settings, held: list[Message]) -> list[dict[str, Any]] | None:
-    """Per queue with a ``reserve`` or ``max_concurrency`` (README "Long tasks"): those
+    """Per queue with a ``reserve`` or ``max_concurrency`` (docs/long-tasks.md): those
     settings and its messages in flight now; None when no queue has either."""
     if not any(q.reserve or q.max_concurrency is not None for q in settings.queues):
         return None

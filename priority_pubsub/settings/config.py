@@ -277,7 +277,7 @@ class ServerConfig(_Strict):
 
 
 class MonitorConfig(_Strict):
-    """The live monitor page and its JSON API on the ops server (README "Monitor").
+    """The live monitor page and its JSON API on the ops server (docs/operations/monitor.md).
 
     On and read-only by default. ``read_token`` protects reads (HTTP Basic password or
     Bearer); actions (pause, drain, requeue, delete) exist only with ``admin_token``."""
