@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +30,15 @@ def test_the_readme_is_an_entrance() -> None:
     assert len(text.splitlines()) <= 250
     assert "make demo" in text
     assert "make test" in text
+
+
+def test_contributing_lays_out_every_layer() -> None:
+    """CONTRIBUTING.md's layout names each layer of the import contract, in its order."""
+    layers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "contracts"][0]["layers"]
+    block = (ROOT / "CONTRIBUTING.md").read_text().split("## The layout", 1)[1].split("```")[1]
+    named = [line.split("  ")[0].strip() for line in block.splitlines() if line[:1].isalpha()]
+    assert named == layers
 
 
 def test_every_readme_link_lands() -> None:
