@@ -3,7 +3,8 @@
 The schema comes from the models ``load_config`` validates with (``settings.schema``), so the
 reference cannot drift from them: every key with its type, default, description and the
 environment variable that overrides it (``PRIORITY_PUBSUB_`` + the key path upper-cased,
-``__`` between levels, as dynaconf reads it: ``PRIORITY_PUBSUB_APP__HEALTH__INTERVAL_S``).
+``__`` between levels, as ``settings.source`` reads it:
+``PRIORITY_PUBSUB_APP__HEALTH__INTERVAL_S``).
 A key inside a list (``queues``, ``transforms``) is overridden with the whole list.
 """
 

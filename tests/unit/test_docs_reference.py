@@ -85,11 +85,13 @@ def test_every_driver_has_a_section() -> None:
      lambda s: s.app.health is not None and s.app.health.interval_s == 7),
     ("driver.poll_interval_s", "PRIORITY_PUBSUB_DRIVER__POLL_INTERVAL_S", "0.7",
      lambda s: s.driver.options()["poll_interval_s"] == 0.7),
+    ("queues", "PRIORITY_PUBSUB_QUEUES", '[{name="high"}, {name="low"}]',  # the page's example
+     lambda s: s.queue_names == ("high", "low")),
 ])
 def test_the_documented_variable_sets_the_key(
     key: str, env: str, value: str, read: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The reference's naming rule is dynaconf's: the variable it prints does set the key."""
+    """The reference's naming rule is the loader's: the variable it prints does set the key."""
     rows = {k.path: k for section in sections() for k in section.keys}
     assert rows[key].env == f"`{env}`"
     config = tmp_path / "config.yaml"
