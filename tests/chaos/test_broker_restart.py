@@ -20,6 +20,7 @@ import boto3
 import pytest
 
 from tests.chaos.ledger import Accounting, account
+from tests.chaos.outage import broker_outage
 from tests.e2e.helpers import wait_until
 from tests.support.app import RecordingApp
 from tests.support.moto_server import MotoServer, running_moto_server
@@ -96,15 +97,8 @@ def test_sqs_broker_killed_and_restarted(
         wait_until(lambda: len(app.received) >= BATCH, timeout_s=30)
         wait_until(lambda: sum(moto.depth(q) for q in QUEUES) == 0, timeout_s=30)
 
-        moto.kill_9()
-        killed = time.monotonic()
-        wait_until(lambda: sidecar.ready_status() == 503, timeout_s=10, interval_s=0.1)
-        not_ready_after_s = time.monotonic() - killed
-        time.sleep(max(0.0, DOWN_S - not_ready_after_s))
-        assert sidecar.process.poll() is None, sidecar.logs()
-
-        moto.start()
-        restarted = time.monotonic()
+        not_ready_after_s, restarted = broker_outage(sidecar, moto.kill_9, moto.start, DOWN_S,
+                                                     turn_timeout_s=10)
         published += [moto.send(QUEUES[n % 2], f'{{"n": {n}}}') for n in range(BATCH, 2 * BATCH)]
         wait_until(lambda: len(app.received) >= 2 * BATCH, timeout_s=60)
         resumed_after_s = time.monotonic() - restarted

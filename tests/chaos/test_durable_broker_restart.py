@@ -22,6 +22,7 @@ import aio_pika
 import pytest
 
 from tests.chaos.ledger import Accounting, account, drain_bodies
+from tests.chaos.outage import broker_outage
 from tests.e2e.helpers import wait_until
 from tests.support.app import RecordingApp, Reply
 from tests.support.rabbitmq_server import PrivateRabbit, private_rabbit, server_binary
@@ -149,14 +150,8 @@ def test_durable_broker_killed_under_load(
         sidecar.wait_ready(timeout_s=60)
         publisher.start()
         wait_until(lambda: len(app.received) > MESSAGES // 3, timeout_s=60)
-        broker.kill_9()
-        killed = time.monotonic()
-        wait_until(lambda: sidecar.ready_status() == 503, timeout_s=30, interval_s=0.1)
-        not_ready_after_s = time.monotonic() - killed
-        time.sleep(max(0.0, DOWN_S - not_ready_after_s))
-        assert sidecar.process.poll() is None, sidecar.logs()
-        broker.start()
-        restarted = time.monotonic()
+        not_ready_after_s, restarted = broker_outage(sidecar, broker.kill_9, broker.start,
+                                                     DOWN_S)
         wait_until(lambda: sidecar.ready_status() == 200, timeout_s=60, interval_s=0.1)
         ready_after_s = time.monotonic() - restarted
         publisher.join()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.ledger import Accounting, account
+from tests.chaos.outage import broker_outage
 from tests.e2e.helpers import wait_until
 from tests.support.app import RecordingApp
 from tests.support.pubsub_emulator import Emulator, running_emulator
@@ -54,15 +55,11 @@ def test_pubsub_emulator_killed_and_restarted(
             wait_until(lambda: len({str(e["data"]) for e in app.events()}) >= BATCH,
                        timeout_s=60)
 
-            running.close()  # the emulator is gone, and with it every topic
-            killed = time.monotonic()
-            wait_until(lambda: sidecar.ready_status() != 200, timeout_s=30, interval_s=0.1)
-            not_ready_after_s = time.monotonic() - killed
-            time.sleep(max(0.0, DOWN_S - not_ready_after_s))
-            assert sidecar.process.poll() is None, sidecar.logs()[-3000:]
-
-            running.enter_context(running_emulator(log, port))
-            restarted = time.monotonic()
+            # killed: the emulator is gone, and with it every topic
+            not_ready_after_s, restarted = broker_outage(
+                sidecar, running.close,
+                lambda: running.enter_context(running_emulator(log, port)), DOWN_S,
+                turned=lambda status: status != 200)
             topology.dead = topology.topic("dead")  # the same names again (same uid)
             topology.dead_reader = topology.subscription("dead-read", topology.dead,
                                                          policy=False)
