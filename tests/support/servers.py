@@ -1,18 +1,16 @@
-"""What every test server fixture shares: free ports on 127.0.0.1, and the rule that a
-missing server skips locally (with the reason) but fails the run when ``CI=true``."""
+"""What every test server fixture shares: free ports on 127.0.0.1 (``bench.common``'s),
+and the rule that a missing server skips locally (with the reason) but fails the run when
+``CI=true``."""
 
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
+from bench.common import free_port
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["free_port", "in_ci", "skip_or_fail"]
 
 
 def in_ci() -> bool:
