@@ -14,7 +14,7 @@
 set -euo pipefail
 
 : "${KUBE_API:?set KUBE_API, e.g. https://10.0.0.1:443}"
-IMAGE="${IMAGE:-registry.example.com/priority-pubsub-report:0.1.0}"
+IMAGE="${IMAGE:-registry.example.com/priority-pubsub-report:0.2.0}"
 NAMESPACE="${NAMESPACE:-analytics}"
 JOURNALS="${JOURNALS:-s3a://priority-pubsub-journals/*/journal-*.jsonl}"
 STATE="${STATE:-s3a://priority-pubsub-journals/report-state}"
