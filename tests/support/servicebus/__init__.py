@@ -49,7 +49,9 @@ purpose: lock durations below Service Bus's 5 s minimum are allowed, so tests ru
 
 Layout: ``entities.py`` (what is stored), ``sas.py`` (tokens), ``amqp.py`` (the proton
 handler), ``broker.py`` (the facade tests use), ``fixtures.py`` (the session fixture),
-``test_broker.py`` (the broker's own tests, through the real SDK).
+``test_broker.py`` (the broker's own tests, through the real SDK), ``__main__.py`` (the
+broker as a program) and ``process.py`` (it in a child process a test can kill with SIGKILL
+and start again on its port, as the chaos suite's restart test does).
 """
 
 from tests.support.servicebus.broker import ServiceBusBroker, running_broker
