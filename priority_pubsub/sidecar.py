@@ -21,7 +21,12 @@ from dataclasses import dataclass
 
 from priority_pubsub.app.channel import build_channel
 from priority_pubsub.app.channel.bulk import BulkChannel, BulkSettings
-from priority_pubsub.app.channel.streams import StreamChannel, StreamHub
+from priority_pubsub.app.channel.streams import (
+    StreamChannel,
+    StreamDeadLetters,
+    StreamHub,
+    TopicRefused,
+)
 from priority_pubsub.app.gate import NO_APP, AppGate
 from priority_pubsub.app.request import Delivery
 from priority_pubsub.core.backoff import Backoff
@@ -31,7 +36,7 @@ from priority_pubsub.delivery.dispatcher import Dispatcher
 from priority_pubsub.delivery.receiver import Receiver
 from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.delivery.worker import Worker
-from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger
+from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger, QueueAdder
 from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.monitor.build import build_monitor
 from priority_pubsub.monitor.state import DepthReading, drain_state
@@ -74,6 +79,10 @@ class Sidecar:
     ) -> None:
         self.settings = settings
         self.driver = driver or build_driver(settings)
+        if streams is not None and delivery is None:  # native mode: topics are queues
+            self.driver = StreamDeadLetters(self.driver, streams)
+            if streams.make_queue is None:
+                streams.make_queue = self._queue_of_topic
         self.metrics = Metrics()
         self.metrics.concurrency.set(settings.concurrency)
         # no app to push to: every queue is a streamed topic's, delivered to its streams
@@ -146,6 +155,32 @@ class Sidecar:
     @property
     def in_flight(self) -> int:
         return self.receiver.in_flight
+
+    async def add_queue(self, queue: str) -> None:
+        """Receive from ``queue`` too, below every queue known at start (a streamed topic
+        unknown at start). Raises ``TopicRefused`` when the driver cannot take it."""
+        if queue in self.dispatcher.names:  # the shared layout's queue: already taken from
+            return
+        if not isinstance(self.driver, QueueAdder):
+            raise TopicRefused(f"queue {queue} is not configured, and the "
+                               f"{self.settings.driver.type} driver takes no queue after "
+                               "start: list it under queues", "FAILED_PRECONDITION")
+        try:
+            await self.driver.add_queue(queue)
+        except DriverError as exc:
+            raise TopicRefused(f"queue {queue}: {exc}", "NOT_FOUND") from None
+        self.observer.add_queue(queue)
+        self.receiver.add_queue(queue)
+        self.dispatcher.add_queue(queue)  # the control too; the next take counts it
+        log.info("queue added", queue=queue, priority=len(self.dispatcher.names) - 1)
+
+    async def _queue_of_topic(self, topic: str) -> str:
+        """Native mode: a streamed topic is the queue of its name."""
+        try:
+            await self.add_queue(topic)
+        except TopicRefused as exc:
+            raise TopicRefused(f"topic {topic}: {exc}", exc.code) from None
+        return topic
 
     async def readiness_problem(self) -> str | None:
         """Why the sidecar should not get traffic now, or None when it is ready."""

@@ -83,4 +83,8 @@ class NativeDelivery:
         if (request.event is not None and "expiration" in request.event
                 and is_expired(request.event, datetime.now(UTC))):
             return Outcome.drop("expired: CloudEvent expiration has passed")
-        return Prepared(self._routes[message.queue], request, self._targets[message.queue])
+        queue = message.queue
+        if queue not in self._targets:  # added while running: a streamed topic's queue
+            self._routes[queue] = self._routes.get(queue, "/")
+            self._targets[queue] = Target(self._pubsub_name, queue, "/")
+        return Prepared(self._routes[queue], request, self._targets[queue])

@@ -19,11 +19,13 @@ component's ``Subscribe``) and ``postman/http/http.go`` (``Deliver``), component
 from __future__ import annotations
 
 import base64
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from priority_pubsub.app.channel.streams import StreamHub
 from priority_pubsub.app.cloudevent import (
     CLOUDEVENT_CONTENT_TYPE,
     header_safe,
@@ -37,9 +39,9 @@ from priority_pubsub.core.errors import TransformError
 from priority_pubsub.core.json_text import go_json
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Outcome
-from priority_pubsub.dapr.plan import DaprPlan
+from priority_pubsub.dapr.plan import DaprPlan, PlannedQueue
 from priority_pubsub.dapr.routing import RoutingError, app_path, choose_path
-from priority_pubsub.dapr.subscriptions import Subscription
+from priority_pubsub.dapr.subscriptions import Subscription, streaming
 from priority_pubsub.settings.config import AppConfig
 from priority_pubsub.transforms.base import Payload
 
@@ -60,10 +62,27 @@ class Decoded:
 
 
 class DaprDelivery:
-    def __init__(self, plan: DaprPlan, app: AppConfig) -> None:
+    def __init__(self, plan: DaprPlan, app: AppConfig, streams: StreamHub | None = None
+                 ) -> None:
         self._plan = plan
         self._base_url = app.url.get_secret_value().rstrip("/")
         self._token = app.api_token.get_secret_value()
+        self._streams = streams
+        """Streaming subscriptions: a stream's own dead-letter topic is its topic's."""
+
+    def add_topic(self, topic: str, queue: str) -> None:
+        """A topic known only from a stream, read from ``queue`` (the lowest priority):
+        delivered as a subscription with one default route."""
+        plan = self._plan
+        queues = list(plan.queues)
+        for index, planned in enumerate(queues):
+            if planned.name == queue:  # the shared layout: one more topic on its queue
+                queues[index] = dataclasses.replace(planned, topics=(*planned.topics, topic))
+                break
+        else:
+            queues.append(PlannedQueue(queue, (topic,)))
+        subscriptions = {**plan.subscriptions, topic: streaming(plan.component.name, topic)}
+        self._plan = dataclasses.replace(plan, queues=tuple(queues), subscriptions=subscriptions)
 
     def decode(self, message: Message, payload: Payload) -> Decoded | Outcome:
         """Unwrap the broker's body and find the subscription (shared by dead-lettering)."""
@@ -80,7 +99,13 @@ class DaprDelivery:
         # component sets them (message_pubsub.go addMessageAttributesToMetadata)
         system = {f"metadata.{name}": value for name, value in message.broker_properties.items()}
         metadata = {**unwrapped.metadata, **system, PUBSUB_METADATA_KEY: plan.component.name}
-        return Decoded(unwrapped.data, topic, plan.subscriptions[topic], metadata)
+        subscription = plan.subscriptions[topic]
+        if self._streams is not None and (
+                dead_letters := self._streams.dead_letter_topic(topic)) is not None:
+            # the stream's own deadLetterTopic (its initial request), as daprd's streaming
+            # subscription carries its own
+            subscription = dataclasses.replace(subscription, dead_letter_topic=dead_letters)
+        return Decoded(unwrapped.data, topic, subscription, metadata)
 
     def prepare(self, message: Message, payload: Payload) -> Prepared | Outcome:
         decoded = self.decode(message, payload)

@@ -5,14 +5,20 @@ dead-letter topics."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from priority_pubsub.app.channel.bulk import BulkSettings
-from priority_pubsub.app.channel.streams import StreamHub
+from priority_pubsub.app.channel.streams import StreamHub, TopicRefused
+from priority_pubsub.dapr.components import Entities
 from priority_pubsub.dapr.dead_letters import DeadLetterTopics
 from priority_pubsub.dapr.delivery import DaprDelivery
 from priority_pubsub.dapr.plan import DaprPlan
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.telemetry.logs import get_logger
+
+if TYPE_CHECKING:
+    from priority_pubsub.sidecar import Sidecar
 
 log = get_logger("priority_pubsub.dapr")
 
@@ -39,12 +45,48 @@ async def run_dapr(settings: Settings, plan: DaprPlan, streams: StreamHub | None
         dead_letter_queue = settings.dead_letter.queue if settings.dead_letter else None
         queues = [(q.name, q.topics) for q in plan.queues]
         await asyncio.to_thread(entities.ensure, queues, dead_letter_queue)
-    delivery = DaprDelivery(plan, settings.app)
+    delivery = DaprDelivery(plan, settings.app, streams)
     driver = DeadLetterTopics(build_driver(settings), delivery,
                               entities.publish if entities is not None else None)
     bulk = bulk_topics(plan) if settings.app.push else None  # streams take one by one
-    await Sidecar(settings, driver=driver, delivery=delivery, bulk=bulk,
-                  streams=streams).run()
+    sidecar = Sidecar(settings, driver=driver, delivery=delivery, bulk=bulk, streams=streams)
+    if streams is not None:
+        streams.make_queue = StreamTopics(settings, plan, entities, delivery, sidecar).make
+    await sidecar.run()
+
+
+@dataclass(frozen=True)
+class StreamTopics:
+    """A stream's topic unknown at start, in Dapr mode: its queue named and made as the
+    component makes queues (``ensure``: daprd's entity management, nothing made with
+    ``disableEntityManagement``, and then a missing queue refuses the stream), delivered as
+    a subscription of its own, received from below every known topic."""
+
+    settings: Settings
+    plan: DaprPlan
+    entities: Entities | None
+    delivery: DaprDelivery
+    sidecar: Sidecar
+
+    async def make(self, topic: str) -> str:
+        plan, kind = self.plan, self.plan.kind
+        shared = self.settings.dapr is not None and self.settings.dapr.queue_layout == "shared"
+        queue = (kind.shared_queue(plan.component) if shared else None) or kind.queue_for(
+            plan.component, topic)
+        if self.entities is not None:
+            try:
+                await asyncio.to_thread(self.entities.ensure, [(queue, (topic,))], None)
+            except Exception as exc:  # boto3 and other SDK errors, at this boundary
+                raise TopicRefused(f"topic {topic}: making queue {queue} failed: {exc}",
+                                   "UNAVAILABLE") from exc
+        self.delivery.add_topic(topic, queue)  # before its first message can come
+        try:
+            await self.sidecar.add_queue(queue)  # refused when the queue is not there
+        except TopicRefused as exc:
+            why = " (disableEntityManagement: nothing is made)" if self.entities is not None \
+                and not getattr(self.entities, "manage", True) else ""
+            raise TopicRefused(f"topic {topic}: {exc}{why}", exc.code) from None
+        return queue
 
 
 def bulk_topics(plan: DaprPlan) -> dict[str, BulkSettings]:

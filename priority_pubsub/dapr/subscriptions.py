@@ -48,6 +48,18 @@ class Subscription:
         return not self.scopes or app_id in self.scopes
 
 
+STREAMING_SOURCE = "SubscribeTopicEventsAlpha1"
+
+
+def streaming(pubsub: str, topic: str) -> Subscription:
+    """The subscription of a topic known only from a stream (no manifest, not the app's
+    ``/dapr/subscribe``): every event to the stream; its dead-letter topic is the stream's
+    (``StreamHub.dead_letter_topic``)."""
+    rule = Rule("", "/")
+    return Subscription(pubsub, topic, (rule,), source=STREAMING_SOURCE,
+                        compiled_rules=(rule.compiled(),))
+
+
 def parse_bool(text: str, where: str) -> bool:
     value = text.strip().lower()
     if value in _TRUE:

@@ -39,6 +39,13 @@ class QueueControl:
             for name in queue_names:
                 metrics.queue_paused.labels(name).set(0)
 
+    def add(self, name: str) -> None:
+        """A queue added while running (the lowest): closed too while draining."""
+        if name in self._names:
+            return
+        self._names = (*self._names, name)
+        self._changed_now()
+
     @property
     def draining(self) -> bool:
         return self.drain is not None

@@ -52,8 +52,8 @@ ABANDONED_REASON = "take abandoned: returned unseen"
 class Consumers(Protocol):
     """Who takes which queue's messages now (``app.channel.streams.StreamHub``)."""
 
-    def idle(self) -> frozenset[str]:
-        """Queues nobody takes from now."""
+    def taken(self) -> frozenset[str]:
+        """Queues someone takes from now (every other queue is left alone)."""
         ...
 
     async def changed(self) -> None:
@@ -79,7 +79,7 @@ class Dispatcher:
         self._observer = observer
         self._settler = settler
         self._rng = rng or random.Random()
-        self._names = settings.queue_names
+        self._names: tuple[str, ...] = settings.queue_names
         self._index = {name: index for index, name in enumerate(self._names)}
         self._weights = [q.weight for q in settings.queues]
         self._limits = [QueueLimits(q.reserve, q.max_concurrency) for q in settings.queues]
@@ -145,6 +145,27 @@ class Dispatcher:
         self._in_hand = []
         return taken
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The queues taken from, highest first (those added while running last)."""
+        return self._names
+
+    def add_queue(self, name: str) -> None:
+        """A queue not configured at start (a streamed topic unknown at start): the lowest
+        priority, weight 1, no reserve or limit. The take under way counts it too (nothing
+        of it busy), so the next decision sees it."""
+        if name in self._index:
+            return
+        self._index[name] = len(self._names)
+        self._names = (*self._names, name)
+        self._weights.append(1)
+        self._limits.append(QueueLimits())
+        self._max_wait_s.append(None)
+        self._last_tried.append(self._clock())
+        self._busy.append(0)
+        self._busy_at_start = (*self._busy_at_start, 0)
+        self.control.add(name)
+
     def allowed(self) -> list[int]:
         """What each queue may take now, in the take under way (``scheduler.allowances``);
         nothing for a queue nobody consumes now (a streamed topic without a stream)."""
@@ -159,11 +180,11 @@ class Dispatcher:
         closed = self.control.closed
         if self._consumers is None:
             return closed
-        idle = self._consumers.idle()
-        return closed | frozenset(i for i, name in enumerate(self._names) if name in idle)
+        taken = self._consumers.taken()
+        return closed | frozenset(i for i, name in enumerate(self._names) if name not in taken)
 
     async def _take(self, free: int, slot_freed: asyncio.Event | None) -> list[Message]:
-        if len(self.control.closed) == len(self._names):  # all paused or draining: until that
+        if self._names and len(self.control.closed) == len(self._names):  # all held: until that
             await self.control.wait_for_change()          # changes (the receiver takes again)
             return []
         promoted = await self._promote()

@@ -94,6 +94,12 @@ class Receiver:
         self._abandon_reason = PAUSED_REASON
         self._loop: asyncio.Task[None] | None = None
 
+    def add_queue(self, name: str) -> None:
+        """A queue added while running, the lowest (``Dispatcher.add_queue``)."""
+        if name not in self._queue_index:
+            self._queue_index[name] = len(self._at_app_by_queue)
+            self._at_app_by_queue.append(0)
+
     @property
     def in_flight(self) -> int:
         """Messages held (until settled), including those whose settle is under way."""

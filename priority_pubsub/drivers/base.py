@@ -52,6 +52,7 @@ __all__ = [
     "Message",
     "Pinger",
     "Publisher",
+    "QueueAdder",
     "QueueDepth",
     "StoreProbe",
     "check_options",
@@ -266,6 +267,17 @@ class Publisher(Protocol):
         content_type: str | None = None,
     ) -> str:
         """Publish one message; return its broker id."""
+        ...
+
+
+@runtime_checkable
+class QueueAdder(Protocol):
+    """A broker whose driver can take a queue not configured at start (a streaming
+    subscription's topic unknown at start, docs/dapr/streaming.md)."""
+
+    async def add_queue(self, queue: str) -> None:
+        """Get ready to receive from ``queue``; raise ``DriverError`` (not retriable) when it
+        does not exist and the driver does not make it."""
         ...
 
 

@@ -19,7 +19,7 @@ from google.protobuf import any_pb2, empty_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from priority_pubsub.app.channel.streams import Stream, StreamHub
+from priority_pubsub.app.channel.streams import Stream, StreamHub, TopicRefused
 from priority_pubsub.publish_api import errors
 from priority_pubsub.publish_api.envelope import Trace
 from priority_pubsub.publish_api.metadata import SidecarMetadata
@@ -87,10 +87,12 @@ class PublishServicer(dapr_pb2_grpc.DaprServicer):
         if hub is None or initial.pubsub_name != hub.pubsub_name:
             await _abort(context, errors.streaming(
                 f"pubsub {initial.pubsub_name} not found", "INVALID_ARGUMENT"))
-        if initial.topic not in hub.queues:
-            await _abort(context, errors.streaming(
-                f"topic {initial.topic} has no queue on this sidecar (streamed topics: "
-                f"{sorted(hub.queues)})", "NOT_FOUND"))
+        if not initial.topic:
+            await _abort(context, errors.streaming("topic is required", "INVALID_ARGUMENT"))
+        try:
+            await hub.add_topic(initial.topic)  # known at start: nothing to do
+        except TopicRefused as exc:
+            await _abort(context, errors.streaming(str(exc), exc.code))
         return hub
 
     async def GetMetadata(self, request: GetMetadataRequest,

@@ -45,7 +45,8 @@ def build_service(settings: Settings, plan: DaprPlan | None) -> PublishService:
 def stream_hub(settings: Settings, plan: DaprPlan | None) -> StreamHub | None:
     """A sidecar with no app to push to serves its topics to streaming subscriptions (the
     publish API's gRPC port): native mode each queue as its own topic, Dapr mode the planned
-    topics. None when there is an app to push to, or nothing to stream."""
+    topics, and any other topic a stream names (its queue made then, the lowest). None when
+    there is an app to push to, or no gRPC port."""
     if settings.app.push or settings.publish_api is None or settings.publish_api.grpc_port is None:
         return None
     if plan is None:
@@ -54,7 +55,7 @@ def stream_hub(settings: Settings, plan: DaprPlan | None) -> StreamHub | None:
     else:
         queues = {topic: queue.name for queue in plan.queues for topic in queue.topics}
         pubsub = plan.component.name
-    return StreamHub(pubsub, queues) if queues else None
+    return StreamHub(pubsub, queues)  # none known: a stream's topic gets its queue then
 
 
 async def until_stopped(block_s: float = 0) -> None:
@@ -88,6 +89,8 @@ async def serving(settings: Settings, plan: DaprPlan | None = None,
         yield
         return
     service = build_service(settings, plan)
+    if streams is not None and isinstance(service.sink, QueueSink):
+        service.sink.also(lambda: streams.queues.values())  # queues made for streams
     metadata = describe(settings, plan, service.app_id, streams)
     runner = None
     grpc_server = None

@@ -7,7 +7,7 @@ has the message, so a 204 means durable.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,9 +52,14 @@ class QueueSink:
         self._driver = driver
         self._publisher: Publisher = driver
         self.queues = tuple(queues)
+        self._added: Callable[[], Collection[str]] = tuple
+
+    def also(self, added: Callable[[], Collection[str]]) -> None:
+        """Queues made while running (streamed topics unknown at start) take publishes too."""
+        self._added = added
 
     def refuses(self, topic: str) -> str | None:
-        return None if topic in self.queues else "no queue"
+        return None if topic in self.queues or topic in self._added() else "no queue"
 
     async def start(self) -> None:
         await self._driver.start()

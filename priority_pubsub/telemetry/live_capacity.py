@@ -35,6 +35,12 @@ class LiveCapacity:
         of them (RSS grew 14 MB per 100 k messages: ``bench.soak`` caught it)."""
         self._depths: list[deque[tuple[float, int]]] = [deque() for _ in self._slo]
 
+    def add_queue(self, wait_slo_s: float | None = None) -> None:
+        """One more queue, the lowest (added while running)."""
+        self._slo.append(wait_slo_s)
+        self._served.append(deque())
+        self._depths.append(deque())
+
     def served(self, queue: int, service_s: float) -> None:
         """One delivery of ``queue`` held a worker ``service_s``."""
         now = self._clock()

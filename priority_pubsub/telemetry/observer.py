@@ -62,6 +62,13 @@ class DeliveryObserver:
         """This replica's own dead letters since it started, newest last (the monitor's
         list where the broker cannot browse its dead-letter queue: SQS, Pub/Sub)."""
 
+    def add_queue(self, name: str) -> None:
+        """A queue added while running, the lowest (its capacity counted from now)."""
+        if name not in self._queue_index:
+            self._queue_index[name] = len(self._queue_index)
+            if self._capacity is not None:
+                self._capacity.add_queue()
+
     def received(self, message: Message) -> None:
         self.last_received_ms[message.queue] = message.received_ms
         metrics = self.metrics.queue(message.queue, message.priority)

@@ -5,6 +5,10 @@ with no push endpoint (no ``app.url``: publisher-only plus streams), on the loca
   (``tests/thirdparty/python-sdk``, unchanged): the subscriber (``client.subscribe``) and the
   handler subscriber (``subscribe_with_handler``), sync and async, with the example's
   publisher: every message once, acked.
+- A stream on a topic unknown at start: its queue made (the local driver's: any name), taken
+  from below the known topics while the stream is open (a known topic's message goes first);
+  the publish API publishes to it. A stream's own ``deadLetterTopic`` gets what it drops and
+  what runs out of retries (dapr ``subscription.go`` ``sendToDeadLetter``), published there.
 - A stream's answers as daprd reads them (dapr ``postman/streaming/streaming.go``): RETRY
   redelivers the event, DROP drops it; a stream closed with an event unanswered hands it back
   at once to another stream; two streams on one topic share its messages; unanswered events
@@ -104,12 +108,14 @@ def test_python_sdk_streaming_examples_get_every_message_once(
 class StreamClient:
     """A raw ``SubscribeTopicEventsAlpha1`` client: the events it gets, answers on demand."""
 
-    def __init__(self, grpc_port: int, topic: str = TOPIC, pubsub: str = "pubsub") -> None:
+    def __init__(self, grpc_port: int, topic: str = TOPIC, pubsub: str = "pubsub",
+                 dead_letter_topic: str = "") -> None:
         self._channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
         self._requests: queue.Queue[SubscribeTopicEventsRequestAlpha1 | None] = queue.Queue()
-        self._requests.put(SubscribeTopicEventsRequestAlpha1(
-            initial_request=SubscribeTopicEventsRequestInitialAlpha1(
-                pubsub_name=pubsub, topic=topic)))
+        initial = SubscribeTopicEventsRequestInitialAlpha1(pubsub_name=pubsub, topic=topic)
+        if dead_letter_topic:
+            initial.dead_letter_topic = dead_letter_topic
+        self._requests.put(SubscribeTopicEventsRequestAlpha1(initial_request=initial))
         self._call = dapr_pb2_grpc.DaprStub(self._channel).SubscribeTopicEventsAlpha1(
             self._outgoing())
         self.events: queue.Queue[Any] = queue.Queue()
@@ -145,9 +151,9 @@ class StreamClient:
         self._channel.close()
 
 
-def _publish(api: dict[str, Any], *orders: int) -> None:
+def _publish(api: dict[str, Any], *orders: int, topic: str = TOPIC) -> None:
     for order in orders:
-        answer = httpx.post(f"http://127.0.0.1:{api['http_port']}/v1.0/publish/pubsub/{TOPIC}",
+        answer = httpx.post(f"http://127.0.0.1:{api['http_port']}/v1.0/publish/pubsub/{topic}",
                             json={"order": order}, timeout=5)
         assert answer.status_code == 204, answer.text
 
@@ -250,3 +256,79 @@ def test_dapr_mode_publisher_only_sidecar_streams_its_subscribed_topic(
     assert (event.topic, event.pubsub_name, event.source, event.type) == (
         "orders", "orderpubsub", "streamer", "com.dapr.event.sent")
     assert json.loads(event.data) == {"order": 7}
+
+
+def test_a_topic_unknown_at_start_is_streamed_below_the_known_ones(tmp_path: Path) -> None:
+    sidecar, api = _streaming_sidecar(tmp_path, concurrency=1)
+    high = StreamClient(api["grpc_port"])  # TOPIC: configured
+    late = StreamClient(api["grpc_port"], "late-topic")  # unknown at start
+    try:
+        wait_until(lambda: _streams_open(api) == 2, 20)
+        _publish(api, 1, topic="late-topic")  # the publish API takes the stream's topic now
+        first = late.next_event()
+        assert (first.topic, first.pubsub_name, _order(first)) == ("late-topic", "pubsub", 1)
+        # the only worker holds the unanswered late event: a late and then a high one wait
+        _publish(api, 2, topic="late-topic")
+        _publish(api, 3)
+        late.answer(first, TopicEventResponse.SUCCESS)
+        event = high.next_event()
+        assert _order(event) == 3  # the known topic first, though published after
+        with pytest.raises(queue.Empty):  # one worker, held by the high event
+            late.next_event(timeout_s=1)
+        high.answer(event, TopicEventResponse.SUCCESS)
+        event = late.next_event()
+        assert _order(event) == 2
+        late.answer(event, TopicEventResponse.SUCCESS)
+        metadata = httpx.get(f"http://127.0.0.1:{api['http_port']}/v1.0/metadata",
+                             timeout=5).json()
+        assert sorted(s["topic"] for s in metadata["subscriptions"]) == ["TOPIC_A", "late-topic"]
+        late.close()
+        wait_until(lambda: _streams_open(api) == 1, 20)
+        _publish(api, 4, topic="late-topic")  # no stream: it waits in its queue, untaken
+        again = StreamClient(api["grpc_port"], "late-topic")  # the topic is known now
+        event = again.next_event(20)
+        assert _order(event) == 4
+        again.answer(event, TopicEventResponse.SUCCESS)
+        again.close()
+    finally:
+        high.close()
+        late.close()
+        assert sidecar.stop() == 0, sidecar.logs()[-3000:]
+    records = [(r["queue"], r["outcome"], r["priority"])
+               for r in journal_records(tmp_path / "journal", releases=True)]
+    assert sorted(records) == [("TOPIC_A", "ack", 0)] + [("late-topic", "ack", 1)] * 3
+
+
+def test_a_streams_dead_letter_topic_gets_what_it_drops_and_what_runs_out_of_retries(
+    tmp_path: Path
+) -> None:
+    sidecar, api = _streaming_sidecar(tmp_path)  # max_attempts 3
+    client = StreamClient(api["grpc_port"], dead_letter_topic="poison")
+    dead = StreamClient(api["grpc_port"], "poison")  # the dead-letter topic, streamed too
+    try:
+        wait_until(lambda: _streams_open(api) == 2, 20)
+        _publish(api, 1, 2)
+        answered: dict[int, int] = {}
+        while sum(answered.values()) < 4:  # 1: dropped at once; 2: RETRY three times
+            event = client.next_event()
+            order = _order(event)
+            answered[order] = answered.get(order, 0) + 1
+            client.answer(event, TopicEventResponse.DROP if order == 1
+                          else TopicEventResponse.RETRY)
+        got = []
+        for _ in range(2):
+            event = dead.next_event(20)
+            got.append(_order(event))
+            dead.answer(event, TopicEventResponse.SUCCESS)
+        assert sorted(got) == [1, 2]
+        assert answered == {1: 1, 2: 3}
+        with pytest.raises(queue.Empty):  # settled: nothing comes back to the stream
+            client.next_event(timeout_s=1.5)
+    finally:
+        client.close()
+        dead.close()
+        assert sidecar.stop() == 0, sidecar.logs()[-3000:]
+    outcomes = sorted((r["queue"], r["outcome"])
+                      for r in journal_records(tmp_path / "journal", releases=True))
+    assert outcomes == [("TOPIC_A", "dead"), ("TOPIC_A", "drop"), ("TOPIC_A", "retry"),
+                        ("TOPIC_A", "retry"), ("poison", "ack"), ("poison", "ack")]

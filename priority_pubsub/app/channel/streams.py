@@ -12,21 +12,31 @@ of the topic's open streams and waits for the answer, so an unanswered event hol
 journal apply as to pushed deliveries. Two streams on one topic share its messages (each
 message to the stream with the fewest unanswered, as competing consumers). A closed stream's
 unanswered messages are released at once (handed back unseen, not counted where the broker
-allows). A topic with no open stream is not received from (``StreamHub.idle``): its messages
+allows). A topic with no open stream is not received from (``StreamHub.taken``): its messages
 wait in the broker, not in the sidecar.
+
+A stream on a topic unknown at start (``StreamHub.add_topic``) gets its queue made as its
+component (Dapr mode) or driver (native mode) makes queues (``make_queue``, set by whoever
+knows how), added below the known ones: it is the lowest priority. A stream's own
+dead-letter topic is where its topic's dropped messages and those out of retries go
+(``dead_letter_topic``: as daprd's ``sendToDeadLetter``); ``StreamDeadLetters`` does it in
+native mode, where topics are queues.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from priority_pubsub.app.channel.envelope import EnvelopeError, topic_event_request
 from priority_pubsub.app.request import Prepared
+from priority_pubsub.core.errors import DriverError
+from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Outcome
+from priority_pubsub.drivers.base import Driver, DriverOptions, Publisher
 from priority_pubsub.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
@@ -35,6 +45,17 @@ if TYPE_CHECKING:
 log = get_logger("priority_pubsub.delivery")
 STREAM_CLOSED = "stream closed before answering: returned unseen"
 NO_STREAM = "no stream subscribed to the topic: returned unseen"
+QueueMaker = Callable[[str], Awaitable[str]]
+"""Makes (or finds) the queue of a topic unknown at start and adds it to the running
+sidecar; returns its name, raises ``TopicRefused``."""
+
+
+class TopicRefused(Exception):
+    """A stream's topic that cannot be served here: ``code`` is the gRPC status's name."""
+
+    def __init__(self, message: str, code: str = "NOT_FOUND") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(eq=False)
@@ -86,13 +107,45 @@ class StreamHub:
     """The open streams by topic, shared by the gRPC API (which opens and closes them) and
     the sidecar (which delivers to them and receives only from topics that have one)."""
 
-    def __init__(self, pubsub_name: str, queues: Mapping[str, str]) -> None:
+    def __init__(self, pubsub_name: str, queues: Mapping[str, str],
+                 make_queue: QueueMaker | None = None) -> None:
         self.pubsub_name = pubsub_name
         self.queues = dict(queues)
         """Topic -> the queue its messages are received from (the topics streams may take)."""
+        self.make_queue = make_queue
+        """How a topic unknown at start gets its queue (None: such a stream is refused)."""
         self._streams: dict[str, list[Stream]] = {topic: [] for topic in queues}
         self._changed = asyncio.Event()
         self._turn = itertools.count()
+        self._adding = asyncio.Lock()
+
+    async def add_topic(self, topic: str) -> None:
+        """Make a topic unknown at start streamable: its queue made (``make_queue``) and
+        received from, below the known ones. Raises ``TopicRefused``."""
+        async with self._adding:  # two streams on one new topic: one queue
+            if topic in self.queues:
+                return
+            if self.make_queue is None:
+                raise TopicRefused(f"topic {topic} has no queue on this sidecar (streamed "
+                                   f"topics: {sorted(self.queues)})")
+            queue = await self.make_queue(topic)
+            self.queues[topic] = queue
+            self._streams[topic] = []
+            log.info("stream topic added", topic=topic, queue=queue,
+                     priority="lowest: after the topics known at start")
+
+    def dead_letter_topic(self, topic: str) -> str | None:
+        """The dead-letter topic of the streams open on ``topic`` (the latest opened that
+        names one), or None."""
+        for stream in reversed(self._streams.get(topic, [])):
+            if stream.dead_letter_topic:
+                return stream.dead_letter_topic
+        return None
+
+    def topic_of(self, queue: str) -> str | None:
+        """The streamed topic received from ``queue`` (one topic per queue), or None."""
+        found = [topic for topic, name in self.queues.items() if name == queue]
+        return found[0] if len(found) == 1 else None
 
     def open(self, topic: str, dead_letter_topic: str = "") -> Stream:
         stream = Stream(topic, dead_letter_topic)
@@ -111,10 +164,11 @@ class StreamHub:
     def streams(self) -> list[Stream]:
         return [stream for streams in self._streams.values() for stream in streams]
 
-    def idle(self) -> frozenset[str]:
-        """The queues no stream takes from now (the receiver leaves them alone)."""
+    def taken(self) -> frozenset[str]:
+        """The queues a stream takes from now (the receiver leaves the others alone, a
+        queue being made for a new topic included)."""
         return frozenset(queue for topic, queue in self.queues.items()
-                         if not self._streams[topic])
+                         if self._streams[topic])
 
     async def changed(self) -> None:
         """Until a stream opens or closes."""
@@ -153,3 +207,81 @@ class StreamChannel:
 
     async def deliver(self, prepared: Prepared) -> Outcome:
         return await self._hub.deliver(prepared)
+
+
+class StreamDeadLetters:
+    """Native mode: the driver, with a stream's dead-letter topic honoured as daprd honours
+    it (``sendToDeadLetter``): a message its stream dropped, or out of retries, is published
+    unchanged to the queue named by the stream's ``dead_letter_topic`` (topics are queues
+    here), then acked. Without one, a drop or a dead letter settles as it would without
+    streams. Every other verb and ability is the wrapped driver's."""
+
+    name: ClassVar[str] = "stream-dead-letter-topics"
+    options_model: ClassVar[type[DriverOptions]] = DriverOptions
+
+    def __init__(self, driver: Driver, hub: StreamHub) -> None:
+        self._driver = driver
+        self._hub = hub
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._driver, name)  # depth, ping, publish, add_queue...: the driver's
+
+    @property
+    def dead_letter_enabled(self) -> bool:
+        return True  # decided per message below
+
+    async def start(self) -> None:
+        await self._driver.start()
+
+    async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
+        return await self._driver.receive(queue, max_messages, wait_s)
+
+    async def ack(self, message: Message) -> None:
+        await self._driver.ack(message)
+
+    async def retry(self, message: Message, delay_s: float) -> None:
+        await self._driver.retry(message, delay_s)
+
+    async def release(self, message: Message, delay_s: float = 0.0) -> None:
+        await self._driver.release(message, delay_s)
+
+    @property
+    def releases_count_as_attempts(self) -> bool:
+        return self._driver.releases_count_as_attempts
+
+    async def extend(self, message: Message, duration_s: float) -> None:
+        await self._driver.extend(message, duration_s)
+
+    async def close(self) -> None:
+        await self._driver.close()
+
+    async def drop(self, message: Message, reason: str) -> None:
+        await self.dead_letter(message, reason)  # as without streams: where dead letters go
+
+    async def dead_letter(self, message: Message, reason: str) -> None:
+        if await self._to_topic(message, reason):
+            return
+        if self._driver.dead_letter_enabled:
+            await self._driver.dead_letter(message, reason)
+        else:
+            await self._driver.ack(message)  # the journal and the log keep the reason
+
+    async def _to_topic(self, message: Message, reason: str) -> bool:
+        topic = self._hub.topic_of(message.queue)
+        target = self._hub.dead_letter_topic(topic) if topic is not None else None
+        if target is None:
+            return False
+        if not isinstance(self._driver, Publisher):
+            log.warning("a stream's deadLetterTopic needs a driver that publishes: using the "
+                        "driver's dead letters", topic=target, message_id=message.id)
+            return False
+        try:
+            await self._driver.publish(target, message.body, message.attributes,
+                                       message.content_type)
+        except DriverError as exc:  # retried by the settle loop
+            raise DriverError(f"publish to dead-letter topic {target} failed: {exc}",
+                              retriable=True) from exc
+        log.info("sent to the stream's dead-letter topic", topic=target,
+                 message_id=message.id, queue=message.queue, reason=reason)
+        await self._driver.ack(message)
+        return True

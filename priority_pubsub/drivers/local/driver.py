@@ -137,6 +137,9 @@ class LocalDriver:
         return (f"local queue file {self.options.path} does not exist (nothing published yet, "
                 "or driver.path points elsewhere)")
 
+    async def add_queue(self, queue: str) -> None:
+        """Any name is a queue here (a column of the one table): nothing to make."""
+
     async def close(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()

@@ -210,6 +210,11 @@ class RedisDriver:
         for stream in self._streams():
             await self._declare(stream)
 
+    async def add_queue(self, queue: str) -> None:
+        """A stream not configured at start: declared as at start (stream and group made
+        when missing, as daprd's component does on subscribe)."""
+        await self._declare(queue)
+
     async def close(self) -> None:
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.options.call_timeout_s)

@@ -252,6 +252,10 @@ class SqsDriver:
         if self.context.dead_letter_queue is not None:
             await self._resolve(self.context.dead_letter_queue)
 
+    async def add_queue(self, queue: str) -> None:
+        """A queue not configured at start: it must exist (its URL is looked up)."""
+        await self._resolve(queue)
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -541,7 +545,10 @@ class SqsDriver:
         return await self._call("SNS Publish", send, topic_arn, body, attributes)
 
     async def ping(self) -> None:
-        first = self._url(self.context.queues[0])
+        known = [*self.context.queues, *self._urls]
+        if not known:  # a publisher-only sidecar before any stream: nothing to reach yet
+            return
+        first = self._url(known[0])
         await self._call("GetQueueAttributes", self._api.attributes, first, ["QueueArn"])
 
     # -- plumbing --------------------------------------------------------------------------
