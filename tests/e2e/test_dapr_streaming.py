@@ -23,6 +23,7 @@ import queue
 import re
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,15 @@ from dapr.proto.runtime.v1.pubsub_pb2 import (
 
 from tests.e2e.helpers import journal_records
 from tests.support.app_venv import running_app
+from tests.support.dapr_resources import (
+    Sns,
+    dapr_config,
+    snssqs_component,
+    subscription_v2,
+    write_resources,
+)
 from tests.support.daprd import Daprd, redis_resources
+from tests.support.moto_server import MotoServer
 from tests.support.quickstarts import publish_api
 from tests.support.redis_server import OwnRedis
 from tests.support.sidecar import SidecarProcess, local_config, start_sidecar
@@ -332,3 +341,98 @@ def test_a_streams_dead_letter_topic_gets_what_it_drops_and_what_runs_out_of_ret
                       for r in journal_records(tmp_path / "journal", releases=True))
     assert outcomes == [("TOPIC_A", "dead"), ("TOPIC_A", "drop"), ("TOPIC_A", "retry"),
                         ("TOPIC_A", "retry"), ("poison", "ack"), ("poison", "ack")]
+
+
+def _refused(grpc_port: int, topic: str, pubsub: str) -> grpc.RpcError:
+    """The error a stream on ``topic`` ends with at once."""
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        initial = SubscribeTopicEventsRequestInitialAlpha1(pubsub_name=pubsub, topic=topic)
+        call = dapr_pb2_grpc.DaprStub(channel).SubscribeTopicEventsAlpha1(
+            iter([SubscribeTopicEventsRequestAlpha1(initial_request=initial)]), timeout=20)
+        with pytest.raises(grpc.RpcError) as refused:
+            list(call)
+    return refused.value
+
+
+@pytest.mark.sqs
+def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_makes_it(
+    tmp_path: Path, sns: Sns, moto_server: MotoServer
+) -> None:
+    """Dapr mode, snssqs on moto: the unknown topic's queue ``{consumerID}-{topic}`` and
+    SNS topic made as the component makes them, subscribed; published through the component,
+    taken below the Subscription's topic; the stream's deadLetterTopic gets its DROP (an SNS
+    publish, as daprd's). With ``disableEntityManagement`` nothing is made and the stream is
+    refused, naming its topic."""
+    app_id = f"streamer-{uuid.uuid4().hex[:8]}"
+    resources = write_resources(tmp_path / "resources",
+                                snssqs_component("orderpubsub", moto_server),
+                                subscription_v2("orders", "orderpubsub", "orders",
+                                                default="/orders"))
+    api = publish_api()
+    config = dapr_config(tmp_path, resources, app_id, "http://127.0.0.1:1", concurrency=1,
+                         app={"push": False}, publish_api=api)
+    sidecar = start_sidecar(tmp_path, config)
+    dead_letters = sns.tap("poison")
+    high = StreamClient(api["grpc_port"], "orders", "orderpubsub")
+    late = StreamClient(api["grpc_port"], "late", "orderpubsub", dead_letter_topic="poison")
+    base = f"http://127.0.0.1:{api['http_port']}/v1.0/publish/orderpubsub"
+
+    def publish(topic: str, order: int) -> None:
+        answer = httpx.post(f"{base}/{topic}", json={"order": order}, timeout=10)
+        assert answer.status_code == 204, answer.text
+
+    try:
+        wait_until(lambda: _streams_open(api) == 2, 30)
+        assert sns.visible(f"{app_id}-late") == 0  # made, empty
+        publish("late", 1)
+        event = late.next_event(30)
+        assert (event.topic, event.pubsub_name, _order(event)) == ("late", "orderpubsub", 1)
+        late.answer(event, TopicEventResponse.DROP)  # to the stream's dead-letter topic
+        [notification] = sns.messages(dead_letters, 1)
+        assert json.loads(notification["Message"])["data"] == {"order": 1}
+
+        publish("late", 2)
+        held = late.next_event(30)  # the only worker
+        publish("late", 3)
+        publish("orders", 4)
+        wait_until(lambda: sns.visible(f"{app_id}-orders") == 1, 10)
+        late.answer(held, TopicEventResponse.SUCCESS)
+        event = high.next_event(30)
+        assert _order(event) == 4  # the Subscription's topic first
+        high.answer(event, TopicEventResponse.SUCCESS)
+        event = late.next_event(30)
+        assert _order(event) == 3
+        late.answer(event, TopicEventResponse.SUCCESS)
+        wait_until(lambda: sns.visible(f"{app_id}-late") == 0, 10)
+    finally:
+        high.close()
+        late.close()
+        assert sidecar.stop() == 0, sidecar.logs()[-3000:]
+
+    (tmp_path / "unmanaged").mkdir()
+    unmanaged = write_resources(tmp_path / "unmanaged-resources", snssqs_component(
+        "orderpubsub", moto_server, disableEntityManagement="true"))
+    api = publish_api()
+    config = dapr_config(tmp_path / "unmanaged", unmanaged, app_id, "http://127.0.0.1:1",
+                         app={"push": False}, publish_api=api)
+    sidecar = start_sidecar(tmp_path / "unmanaged", config)
+    try:
+        refused = _refused(api["grpc_port"], "absent", "orderpubsub")
+        assert refused.code() == grpc.StatusCode.NOT_FOUND, refused
+        assert "topic absent" in (refused.details() or ""), refused.details()
+        assert "disableEntityManagement" in (refused.details() or "")
+        with pytest.raises(Exception, match="NonExistentQueue|QueueDoesNotExist"):
+            sns.visible(f"{app_id}-absent")  # nothing made
+        # a queue that exists is taken, entity management off or not
+        late = StreamClient(api["grpc_port"], "late", "orderpubsub")
+        wait_until(lambda: _streams_open(api) == 1, 30)
+        publish_late = httpx.post(
+            f"http://127.0.0.1:{api['http_port']}/v1.0/publish/orderpubsub/late",
+            json={"order": 5}, timeout=10)
+        assert publish_late.status_code == 204, publish_late.text
+        event = late.next_event(30)
+        assert _order(event) == 5
+        late.answer(event, TopicEventResponse.SUCCESS)
+        late.close()
+    finally:
+        assert sidecar.stop() == 0, sidecar.logs()[-3000:]
