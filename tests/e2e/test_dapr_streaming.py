@@ -343,6 +343,13 @@ def test_a_streams_dead_letter_topic_gets_what_it_drops_and_what_runs_out_of_ret
                         ("TOPIC_A", "retry"), ("poison", "ack"), ("poison", "ack")]
 
 
+def _ready(ops_port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{ops_port}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def _refused(grpc_port: int, topic: str, pubsub: str) -> grpc.RpcError:
     """The error a stream on ``topic`` ends with at once."""
     with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
@@ -436,3 +443,41 @@ def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_
         late.close()
     finally:
         assert sidecar.stop() == 0, sidecar.logs()[-3000:]
+
+
+@pytest.mark.redis
+def test_publisher_only_sidecar_without_subscriptions_streams_a_topic_it_never_heard_of(
+    tmp_path: Path, own_redis: OwnRedis
+) -> None:
+    """A daprd line without --app-port and no Subscription for the app: no queue at start,
+    no app to probe (nothing pauses delivery), ready at once; a stream's topic gets its
+    Redis stream and consumer group as daprd's component makes them on subscribe; a closed
+    stream's unanswered event goes back at once to the next stream."""
+    resources = redis_resources(tmp_path / "resources", own_redis.port, [])
+    daprd = Daprd(tmp_path, "lonely", resources, None)
+    topic = f"news-{uuid.uuid4().hex[:6]}"
+    try:
+        daprd.wait_api()
+        wait_until(lambda: _ready(daprd.metrics_port), 20)
+        client = StreamClient(daprd.grpc_port, topic, "orderpubsub")
+        wait_until(lambda: _streams_open({"http_port": daprd.http_port}) == 1, 20)
+        streams = redis.Redis(port=own_redis.port)
+        assert [g["name"] for g in streams.xinfo_groups(topic)] == [b"lonely"]
+        answer = httpx.post(f"{daprd.api}/v1.0/publish/orderpubsub/{topic}",
+                            json={"order": 1}, timeout=5)
+        assert answer.status_code == 204, answer.text
+        first = client.next_event(20)
+        assert (first.topic, _order(first)) == (topic, 1)
+        client.close()  # unanswered: back at once, not after a lease
+        started = time.monotonic()
+        again = StreamClient(daprd.grpc_port, topic, "orderpubsub")
+        event = again.next_event(20)
+        assert (event.id, _order(event)) == (first.id, 1)
+        assert time.monotonic() - started < 10
+        again.answer(event, TopicEventResponse.SUCCESS)
+        wait_until(lambda: streams.xpending(topic, "lonely")["pending"] == 0, 10)
+        streams.close()
+        again.close()
+    finally:
+        code = daprd.stop()
+    assert code == 0, daprd.logs()[-3000:]
