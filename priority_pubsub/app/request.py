@@ -36,6 +36,9 @@ class Prepared:
     url: str
     request: AppRequest
     target: Target | None = None
+    raw: bytes | None = None
+    """The data as published, when the subscription has ``rawPayload``: daprd's bulk entries
+    carry it (HTTP: base64 in ``event``; gRPC: ``bytes``), not the CloudEvent made of it."""
 
 
 class AppChannel(Protocol):

@@ -127,8 +127,9 @@ class DaprDelivery:
             return Outcome.drop(f"topic {decoded.topic}: no route matched")
         headers, adjusted = self._headers(decoded.metadata, event)
         target = Target(self._plan.component.name, decoded.topic, path)
+        raw = decoded.data if subscription.raw_payload else None
         return Prepared(self._base_url + app_path(path),
-                        AppRequest(body, headers, event, adjusted), target)
+                        AppRequest(body, headers, event, adjusted), target, raw)
 
     def _event_and_body(self, decoded: Decoded) -> tuple[dict[str, Any], bytes]:
         if decoded.subscription.raw_payload:

@@ -8,10 +8,12 @@ started with a daprd command line.
 - The same over gRPC (``OnBulkTopicEvent``, the subscription from the app's
   ``ListTopicSubscriptions`` with its ``bulk_subscribe`` config).
 - A high message published while a low batch holds every worker is in the next batch.
+- ``rawPayload`` entries carry the data as published (HTTP base64, gRPC ``bytes``).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -192,3 +194,66 @@ def test_over_grpc_each_entry_is_settled_by_its_own_status(
         by_message.setdefault(record["message_id"], []).append(record["outcome"])
     assert sorted(by_message.values()) == [["ack"], ["drop"], ["retry", "ack"],
                                            ["retry", "ack"]]
+
+
+def _publish_raw(own_redis: OwnRedis, topic: str, bodies: list[bytes]) -> None:
+    client = redis.Redis(port=own_redis.port)
+    for body in bodies:  # a publisher with rawPayload: the bytes, no CloudEvent
+        client.xadd(topic, {"data": body})
+    client.close()
+
+
+def test_raw_payload_entries_carry_the_data_as_daprd_sends_them(
+    tmp_path: Path, own_redis: OwnRedis
+) -> None:
+    """``rawPayload``: daprd's HTTP entry is the data in base64 with
+    ``application/octet-stream`` (``bulksubscription.go``), its gRPC entry the data as
+    ``bytes`` (``FetchEntry``), not the CloudEvent made of it."""
+    def answer(received: Received) -> Reply:
+        if received.path != "/raw":
+            return Reply()
+        entries = json.loads(received.body)["entries"]
+        return Reply(body={"statuses": [{"entryId": e["entryId"], "status": "SUCCESS"}
+                                        for e in entries]})
+
+    subscription = _bulk_subscription("raw", 2, 2000)
+    subscription["spec"]["metadata"]["rawPayload"] = "true"
+    resources = redis_resources(tmp_path / "resources", own_redis.port, [subscription])
+    _publish_raw(own_redis, "raw", [b"plain-1", b"\x00\xffbinary"])
+    with RecordingApp(answer) as app:
+        daprd = Daprd(tmp_path, "bulk-raw", resources, app.port,
+                      "--app-max-concurrency", "2", env=_own_config(tmp_path))
+        try:
+            daprd.wait_api()
+            wait_until(lambda: sum(len(b["entries"]) for b in _batches(app, "/raw")) >= 2, 30)
+        finally:
+            assert daprd.stop() == 0, daprd.logs()[-3000:]
+    entries = [e for batch in _batches(app, "/raw") for e in batch["entries"]]
+    assert sorted(base64.b64decode(e["event"]) for e in entries) == [b"\x00\xffbinary",
+                                                                      b"plain-1"]
+    assert {e["contentType"] for e in entries} == {"application/octet-stream"}
+    assert sorted(r["outcome"] for r in journal_records(tmp_path / "journal")) == ["ack", "ack"]
+
+    grpc_bodies: list[bytes] = []
+
+    def grpc_answer(entry: appcallback_pb2.TopicEventBulkRequestEntry) -> int | None:
+        assert entry.WhichOneof("event") == "bytes", entry
+        grpc_bodies.append(entry.bytes)
+        return SUCCESS
+
+    grpc_subscription = appcallback_pb2.TopicSubscription(
+        pubsub_name="orderpubsub", topic="rawgrpc", metadata={"rawPayload": "true"},
+        bulk_subscribe=appcallback_pb2.BulkSubscribeConfig(
+            enabled=True, max_messages_count=2, max_await_duration_ms=2000))
+    resources = redis_resources(tmp_path / "grpc-resources", own_redis.port, [])
+    _publish_raw(own_redis, "rawgrpc", [b"plain-2"])
+    with GrpcApp(bulk_answer=grpc_answer, subscriptions=[grpc_subscription]) as grpc_app:
+        daprd = Daprd(tmp_path, "bulk-raw-grpc", resources, grpc_app.port, "--app-protocol",
+                      "grpc", "--app-max-concurrency", "2", env=_own_config(tmp_path))
+        try:
+            daprd.wait_api()
+            wait_until(lambda: grpc_bodies == [b"plain-2"], 30)
+        finally:
+            assert daprd.stop() == 0, daprd.logs()[-3000:]
+    [call] = grpc_app.bulk_calls
+    assert [e.content_type for e in call.entries] == [""]  # the component gave none

@@ -23,6 +23,7 @@ on another topic.
 from __future__ import annotations
 
 import asyncio
+import base64
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger("priority_pubsub.delivery")
 BULK_EVENT_TYPE = "com.dapr.event.sent.bulk"
+CLOUDEVENT_CONTENT_TYPE = "application/cloudevents+json"
+RAW_CONTENT_TYPE = "application/octet-stream"
 DAPRD_MAX_MESSAGES = 100
 DAPRD_MAX_AWAIT_MS = 1000
 """daprd's defaults for ``maxMessagesCount`` and ``maxAwaitDurationMs``."""
@@ -54,6 +57,17 @@ class Entry:
     entry_id: str
     prepared: Prepared
     answer: asyncio.Future[Outcome]
+
+    def http_entry(self) -> dict[str, Any]:
+        """daprd's ``BulkSubscribeMessageItem``: the CloudEvent, or with ``rawPayload`` the
+        data as published in base64 and ``application/octet-stream`` (``bulksubscription.go``
+        ``bulkSubscribeTopic``: the component's content type, none here)."""
+        raw = self.prepared.raw
+        if raw is not None:
+            return {"entryId": self.entry_id, "event": base64.b64encode(raw).decode("ascii"),
+                    "metadata": self.metadata or None, "contentType": RAW_CONTENT_TYPE}
+        return {"entryId": self.entry_id, "event": self.prepared.request.event,
+                "metadata": self.metadata or None, "contentType": CLOUDEVENT_CONTENT_TYPE}
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -76,10 +90,7 @@ class Batch:
     def envelope(self) -> dict[str, Any]:
         """The HTTP body daprd posts (``NewBulkSubscribeEnvelope``)."""
         return {
-            "entries": [{"entryId": e.entry_id, "event": e.prepared.request.event,
-                         "metadata": e.metadata or None,
-                         "contentType": "application/cloudevents+json"}
-                        for e in self.entries],
+            "entries": [e.http_entry() for e in self.entries],
             "id": self.id,
             "metadata": {"pubsubName": self.pubsub},
             "pubsubname": self.pubsub,

@@ -64,7 +64,8 @@ def topic_event_request(prepared: Prepared) -> TopicEventRequest:
 
 def topic_event_bulk_request(batch: Batch) -> TopicEventBulkRequest:
     """A batch as daprd's gRPC bulk request: each entry's CloudEvent as
-    ``TopicEventCERequest`` (``postman/grpc/grpc.go`` ``DeliverBulk``)."""
+    ``TopicEventCERequest``, or with ``rawPayload`` its data as ``bytes``
+    (``postman/grpc/grpc.go`` ``DeliverBulk``, ``pkg/runtime/pubsub`` ``FetchEntry``)."""
     from dapr.proto.runtime.v1.appcallback_pb2 import (
         TopicEventBulkRequest,
         TopicEventBulkRequestEntry,
@@ -73,6 +74,12 @@ def topic_event_bulk_request(batch: Batch) -> TopicEventBulkRequest:
 
     entries = []
     for entry in batch.entries:
+        if entry.prepared.raw is not None:  # rawPayload: the data as published
+            # daprd's ``FetchEntry``: the component's content type (none here), as ``bytes``
+            entries.append(TopicEventBulkRequestEntry(
+                entry_id=entry.entry_id, bytes=entry.prepared.raw, content_type="",
+                metadata=entry.metadata))
+            continue
         single = topic_event_request(entry.prepared)
         cloud_event = TopicEventCERequest(
             id=single.id, source=single.source, type=single.type,
