@@ -273,7 +273,7 @@ class Publisher(Protocol):
 @runtime_checkable
 class QueueAdder(Protocol):
     """A broker whose driver can take a queue not configured at start (a streaming
-    subscription's topic unknown at start, docs/dapr/streaming.md)."""
+    subscription's topic unknown at start, docs/dapr/publish-api.md)."""
 
     async def add_queue(self, queue: str) -> None:
         """Get ready to receive from ``queue``; raise ``DriverError`` (not retriable) when it

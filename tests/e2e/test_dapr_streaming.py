@@ -428,7 +428,7 @@ def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_
         assert refused.code() == grpc.StatusCode.NOT_FOUND, refused
         assert "topic absent" in (refused.details() or ""), refused.details()
         assert "disableEntityManagement" in (refused.details() or "")
-        with pytest.raises(Exception, match="NonExistentQueue|QueueDoesNotExist"):
+        with pytest.raises(Exception, match=r"NonExistentQueue|QueueDoesNotExist"):
             sns.visible(f"{app_id}-absent")  # nothing made
         # a queue that exists is taken, entity management off or not
         late = StreamClient(api["grpc_port"], "late", "orderpubsub")
