@@ -268,3 +268,45 @@ async def test_a_drain_takes_nothing_until_it_ends() -> None:
     dispatcher.control.end_drain()
     assert await take == []  # woken by the change: the receiver's loop takes again
     assert [m.id for m in await dispatcher.take(1)] == ["n1"]
+
+
+class Streams:
+    """``Consumers`` as the stream hub answers: the queues a stream takes from now."""
+
+    def __init__(self, taken: set[str]) -> None:
+        self.now = frozenset(taken)
+        self._changed = asyncio.Event()
+
+    def taken(self) -> frozenset[str]:
+        return self.now
+
+    async def changed(self) -> None:
+        await self._changed.wait()
+
+    def open(self, queue: str) -> None:
+        self.now |= {queue}
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+
+async def test_a_queue_added_while_a_take_waits_is_the_lowest_and_taken_once_streamed() -> None:
+    driver = FakeDriver(("high", "normal", "low", "late"))
+    config = settings()
+    observer = DeliveryObserver(Metrics(), None, driver_type="fake")
+    streams = Streams({"high", "normal", "low"})
+    dispatcher = Dispatcher(config, driver, observer,  # type: ignore[arg-type]
+                            Settler(config, driver, observer),  # type: ignore[arg-type]
+                            idle_wait_s=0.05, consumers=streams)
+    driver.queues["late"].append("x1")
+    waiting = asyncio.create_task(dispatcher.take(3, busy=(0, 0, 0)))
+    await asyncio.sleep(0.01)  # the take waits on the three queues
+    dispatcher.add_queue("late")
+    dispatcher.add_queue("late")  # once only
+    assert dispatcher.names == ("high", "normal", "low", "late")
+    assert dispatcher.allowed() == [3, 3, 3, 0]  # no stream on it yet: left alone
+    streams.open("late")  # ends the wait: the next take counts the new queue
+    assert await waiting == []
+    assert all(queue != "late" for queue, _, _ in driver.calls)  # not before its stream
+    driver.queues["high"].append("h1")
+    got = await dispatcher.take(3, busy=(0, 0, 0, 0))
+    assert [m.id for m in got] == ["h1", "x1"]  # the known queue first
