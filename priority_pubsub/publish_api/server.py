@@ -46,7 +46,7 @@ def stream_hub(settings: Settings, plan: DaprPlan | None) -> StreamHub | None:
     """A sidecar with no app to push to serves its topics to streaming subscriptions (the
     publish API's gRPC port): native mode each queue as its own topic, Dapr mode the planned
     topics, and any other topic a stream names (its queue made then, the lowest). None when
-    there is an app to push to, or no gRPC port."""
+    there is an app to push to, no gRPC port, or no topic known and no way to add one."""
     if settings.app.push or settings.publish_api is None or settings.publish_api.grpc_port is None:
         return None
     if plan is None:
@@ -55,7 +55,16 @@ def stream_hub(settings: Settings, plan: DaprPlan | None) -> StreamHub | None:
     else:
         queues = {topic: queue.name for queue in plan.queues for topic in queue.topics}
         pubsub = plan.component.name
-    return StreamHub(pubsub, queues)  # none known: a stream's topic gets its queue then
+    if not queues and not _takes_queues_later(settings):
+        return None  # nothing to stream: publisher-only, no driver connection
+    return StreamHub(pubsub, queues)  # a topic unknown at start gets its queue then
+
+
+def _takes_queues_later(settings: Settings) -> bool:
+    """Whether the driver can take a queue not configured at start (``QueueAdder``)."""
+    from priority_pubsub.drivers.registry import driver_class
+
+    return callable(getattr(driver_class(settings.driver.type), "add_queue", None))
 
 
 async def until_stopped(block_s: float = 0) -> None:
