@@ -41,10 +41,9 @@ async def run_dapr(settings: Settings, plan: DaprPlan, streams: StreamHub | None
     from priority_pubsub.sidecar import Sidecar
 
     entities = plan.kind.entities(plan.component, settings.driver.options())
-    if entities is not None:
-        dead_letter_queue = settings.dead_letter.queue if settings.dead_letter else None
+    if entities is not None:  # the dead letters too: the driver resolves them at start
         queues = [(q.name, q.topics) for q in plan.queues]
-        await asyncio.to_thread(entities.ensure, queues, dead_letter_queue)
+        await asyncio.to_thread(entities.ensure, queues, _dead_letter_queue(settings))
     delivery = DaprDelivery(plan, settings.app, streams)
     driver = DeadLetterTopics(build_driver(settings), delivery,
                               entities.publish if entities is not None else None)
@@ -75,7 +74,8 @@ class StreamTopics:
             plan.component, topic)
         if self.entities is not None:
             try:
-                await asyncio.to_thread(self.entities.ensure, [(queue, (topic,))], None)
+                await asyncio.to_thread(self.entities.ensure, [(queue, (topic,))],
+                                        _dead_letter_queue(self.settings))
             except Exception as exc:  # boto3 and other SDK errors, at this boundary
                 raise TopicRefused(f"topic {topic}: making queue {queue} failed: {exc}",
                                    "UNAVAILABLE") from exc
@@ -87,6 +87,11 @@ class StreamTopics:
                 and not getattr(self.entities, "manage", True) else ""
             raise TopicRefused(f"topic {topic}: {exc}{why}", exc.code) from None
         return queue
+
+
+def _dead_letter_queue(settings: Settings) -> str | None:
+    """The component's dead letters (snssqs ``sqsDeadLettersQueueName``), made with queues."""
+    return settings.dead_letter.queue if settings.dead_letter else None
 
 
 def bulk_topics(plan: DaprPlan) -> dict[str, BulkSettings]:
