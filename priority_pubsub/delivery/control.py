@@ -44,7 +44,9 @@ class QueueControl:
         if name in self._names:
             return
         self._names = (*self._names, name)
-        self._changed_now()
+        self._recompute()  # no retake: what a take holds is still wanted (streams say when)
+        if self._metrics is not None:
+            self._metrics.queue_paused.labels(name).set(0)
 
     @property
     def draining(self) -> bool:
@@ -91,10 +93,13 @@ class QueueControl:
         if queue not in self._names:
             raise KeyError(queue)
 
-    def _changed_now(self) -> None:
+    def _recompute(self) -> None:
         every = range(len(self._names))
         self.closed = frozenset(every if self.drain is not None else
                                 (i for i in every if self._names[i] in self.paused))
+
+    def _changed_now(self) -> None:
+        self._recompute()
         if self._metrics is not None:
             for name in self._names:
                 self._metrics.queue_paused.labels(name).set(float(name in self.paused))
