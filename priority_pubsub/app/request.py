@@ -39,6 +39,9 @@ class Prepared:
     raw: bytes | None = None
     """The data as published, when the subscription has ``rawPayload``: daprd's bulk entries
     carry it (HTTP: base64 in ``event``; gRPC: ``bytes``), not the CloudEvent made of it."""
+    content_type: str | None = None
+    """The component's content type for the message, where it gives one (daprd's bulk
+    entry ``contentType``: ``BulkMessageEntry.ContentType``)."""
 
 
 class AppChannel(Protocol):

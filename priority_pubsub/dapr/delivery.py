@@ -59,6 +59,8 @@ class Decoded:
     topic: str
     subscription: Subscription
     metadata: dict[str, str]
+    content_type: str | None = None
+    """The component's (``NewMessage.ContentType``), where it gives one."""
 
 
 class DaprDelivery:
@@ -105,7 +107,7 @@ class DaprDelivery:
             # the stream's own deadLetterTopic (its initial request), as daprd's streaming
             # subscription carries its own
             subscription = dataclasses.replace(subscription, dead_letter_topic=dead_letters)
-        return Decoded(unwrapped.data, topic, subscription, metadata)
+        return Decoded(unwrapped.data, topic, subscription, metadata, unwrapped.content_type)
 
     def prepare(self, message: Message, payload: Payload) -> Prepared | Outcome:
         decoded = self.decode(message, payload)
@@ -129,7 +131,8 @@ class DaprDelivery:
         target = Target(self._plan.component.name, decoded.topic, path)
         raw = decoded.data if subscription.raw_payload else None
         return Prepared(self._base_url + app_path(path),
-                        AppRequest(body, headers, event, adjusted), target, raw)
+                        AppRequest(body, headers, event, adjusted), target, raw,
+                        decoded.content_type)
 
     def _event_and_body(self, decoded: Decoded) -> tuple[dict[str, Any], bytes]:
         if decoded.subscription.raw_payload:

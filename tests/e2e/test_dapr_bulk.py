@@ -187,6 +187,8 @@ def test_over_grpc_each_entry_is_settled_by_its_own_status(
         0, 1, 2, 3]
     assert (first.pubsub_name, first.topic, first.type) == (
         "orderpubsub", "orders", "com.dapr.event.sent.bulk")
+    # daprd's FetchEntry: the component's content type, and pubsub.redis gives none
+    assert {e.content_type for e in first.entries} == {""}
     assert app.calls == []  # nothing went one by one
     assert seen == {0: 1, 1: 2, 2: 1, 3: 2}
     by_message: dict[str, list[str]] = {}

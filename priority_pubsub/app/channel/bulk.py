@@ -60,14 +60,18 @@ class Entry:
 
     def http_entry(self) -> dict[str, Any]:
         """daprd's ``BulkSubscribeMessageItem``: the CloudEvent, or with ``rawPayload`` the
-        data as published in base64 and ``application/octet-stream`` (``bulksubscription.go``
-        ``bulkSubscribeTopic``: the component's content type, none here)."""
-        raw = self.prepared.raw
-        if raw is not None:
-            return {"entryId": self.entry_id, "event": base64.b64encode(raw).decode("ascii"),
-                    "metadata": self.metadata or None, "contentType": RAW_CONTENT_TYPE}
-        return {"entryId": self.entry_id, "event": self.prepared.request.event,
-                "metadata": self.metadata or None, "contentType": CLOUDEVENT_CONTENT_TYPE}
+        data as published in base64; ``contentType`` the component's, else
+        ``application/cloudevents+json`` / ``application/octet-stream``
+        (``bulksubscription.go`` ``bulkSubscribeTopic``)."""
+        prepared = self.prepared
+        if prepared.raw is not None:
+            return {"entryId": self.entry_id,
+                    "event": base64.b64encode(prepared.raw).decode("ascii"),
+                    "metadata": self.metadata or None,
+                    "contentType": prepared.content_type or RAW_CONTENT_TYPE}
+        return {"entryId": self.entry_id, "event": prepared.request.event,
+                "metadata": self.metadata or None,
+                "contentType": prepared.content_type or CLOUDEVENT_CONTENT_TYPE}
 
     @property
     def metadata(self) -> dict[str, str]:

@@ -74,10 +74,11 @@ def topic_event_bulk_request(batch: Batch) -> TopicEventBulkRequest:
 
     entries = []
     for entry in batch.entries:
+        # daprd's ``FetchEntry``: the entry's content type is the component's ("" if none)
+        content_type = entry.prepared.content_type or ""
         if entry.prepared.raw is not None:  # rawPayload: the data as published
-            # daprd's ``FetchEntry``: the component's content type (none here), as ``bytes``
             entries.append(TopicEventBulkRequestEntry(
-                entry_id=entry.entry_id, bytes=entry.prepared.raw, content_type="",
+                entry_id=entry.entry_id, bytes=entry.prepared.raw, content_type=content_type,
                 metadata=entry.metadata))
             continue
         single = topic_event_request(entry.prepared)
@@ -87,7 +88,7 @@ def topic_event_bulk_request(batch: Batch) -> TopicEventBulkRequest:
             data=single.data, extensions=single.extensions)
         entries.append(TopicEventBulkRequestEntry(
             entry_id=entry.entry_id, cloud_event=cloud_event,
-            content_type="application/cloudevents+json", metadata=entry.metadata))
+            content_type=content_type, metadata=entry.metadata))
     return TopicEventBulkRequest(
         id=batch.id, entries=entries, metadata={"pubsubName": batch.pubsub},
         topic=batch.topic, pubsub_name=batch.pubsub, type=BULK_EVENT_TYPE, path=batch.path)
