@@ -2,11 +2,13 @@
 replica's own record; requeued (the ``requeue`` path) or deleted by id.
 
 Where the driver is a ``DeadLetterBrowser`` (local, Redis, RabbitMQ) the list *is* the dead-letter
-queue: every replica's dead letters; where it is also an ``IdReceiver`` (local) requeue and
-delete act on it (elsewhere ``priority-pubsub requeue`` does). Elsewhere (SQS, Pub/Sub: a
-receive would lease the message and count an attempt) the list is what this replica
-dead-lettered since it started, and it cannot act on it: the page says so, and points to
-``priority-pubsub requeue``.
+queue: every replica's dead letters; where it is also an ``IdReceiver`` (local, Redis,
+RabbitMQ) requeue and delete act on it: the chosen ids are taken out of the dead-letter queue
+(``receive_ids``), then each goes through ``requeue_one`` (publish to its source, then ack:
+the step ``priority-pubsub requeue`` takes for every message it moves) or is acked (delete).
+Elsewhere (SQS, Pub/Sub: a receive would lease the message and count an attempt) the list is
+what this replica dead-lettered since it started, and it cannot act on it: the page says so,
+and points to ``priority-pubsub requeue``.
 """
 
 from __future__ import annotations

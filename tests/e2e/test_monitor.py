@@ -20,7 +20,10 @@ import pytest
 from priority_pubsub.core.message import now_ms
 from tests.e2e.helpers import journal_records, publish, queue_rows, samples, total, wait_until
 from tests.support.app import Received, RecordingApp, Reply
-from tests.support.sidecar import SidecarProcess, local_config, write_config
+from tests.support.sidecar import SidecarProcess, local_config, start_sidecar, write_config
+from tests.support.topologies.base import Topology, topology_config
+from tests.support.topologies.rabbitmq import RabbitTopology
+from tests.support.topologies.redis import RedisTopology
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -353,3 +356,80 @@ def test_a_read_token_guards_the_page_and_the_api(start: Any, chromium: Browser)
         assert page.evaluate("window.__sameDocument") is True
     finally:
         context.close()
+
+
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis),
+                        pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
+def broker(request: pytest.FixtureRequest) -> Topology:
+    """Redis Streams and RabbitMQ: brokers whose dead-letter queue the page lists itself and
+    acts on (``browse`` and ``receive_ids``)."""
+    topology: Topology = request.getfixturevalue(f"{request.param}_topology")
+    return topology
+
+
+def dead_letters_held(broker: Topology) -> int:
+    """What the broker's dead-letter queue holds, read beside the sidecar."""
+    if isinstance(broker, RedisTopology):
+        return int(broker.raw.xlen(broker.dead))
+    assert isinstance(broker, RabbitTopology)
+    return broker.count(broker.dead)  # ready messages: a browse holds them a moment
+
+
+def test_dead_letters_of_the_broker_are_requeued_and_deleted_from_the_page(
+    tmp_path: Path, app: RecordingApp, page: Page, broker: Topology
+) -> None:
+    calls: Counter[str] = Counter()
+
+    def behave(received: Received) -> Reply:
+        data = data_of(received)
+        calls[data] += 1
+        failing = (data == "fatal-once" and calls[data] == 1) or (
+            data == "doomed" and calls[data] <= 3)
+        return Reply(400 if failing else 200)
+
+    app.behaviour = behave
+    high, low = broker.queue("high"), broker.queue("low")
+    config = topology_config(broker, tmp_path, app.url, [high, low], concurrency=2,
+                             monitor={**FAST, "admin_token": ADMIN})
+    config_path = write_config(tmp_path, config, "publisher.yaml")
+    sidecar = start_sidecar(tmp_path, config)
+    try:
+        publish_beside_playwright(config_path, high, "fatal-once")
+        publish_beside_playwright(config_path, low, "doomed", count=3)
+        page.goto(f"{sidecar.ops_url}/monitor")
+        page.wait_for_selector("#dead-letters:has-text('Listed from the dead-letter queue')")
+        wait_until(lambda: page.locator("tr.dead").count() == 4, timeout_s=15)
+        assert dead_letters_held(broker) == 4
+        use_token(page, ADMIN)
+
+        # requeue one: its row goes, the app gets it once more (and takes it this time)
+        fatal = page.locator(f"tr.dead:has(td:text-is('{high}'))")
+        fatal.locator("button[data-action='requeue']").click()
+        fatal.wait_for(state="detached")
+        wait_until(lambda: calls["fatal-once"] == 2)
+        # delete one: gone from the page and from the broker's dead-letter queue
+        first_low = page.locator("tr.dead").first
+        deleted_id = first_low.get_attribute("data-id")
+        first_low.locator("button[data-action='delete']").click()
+        page.locator(f"tr.dead[data-id='{deleted_id}']").wait_for(state="detached")
+        wait_until(lambda: dead_letters_held(broker) == 2)
+        assert calls["doomed"] == 3
+        # the filtered set: every dead letter of `low`, back to `low`, each taken once
+        page.goto(f"{sidecar.ops_url}/monitor?queue={low}")
+        wait_until(lambda: page.locator("tr.dead").count() == 2)
+        page.click("button[data-action='requeue-filtered']")
+        page.wait_for_selector("#dead-letters:has-text('no dead letters')")
+        wait_until(lambda: calls["doomed"] == 5)
+        time.sleep(1.5)  # a second delivery of any of them would have come by now
+        assert calls == {"fatal-once": 2, "doomed": 5}
+        assert dead_letters_held(broker) == 0
+        assert broker.dead_letters() == []
+    finally:
+        assert sidecar.stop() == 0
+    admin = [json.loads(line) for line in (tmp_path / "journal" / "admin.jsonl")
+             .read_text().splitlines()]
+    assert [(a["action"], a["asked"], a["count"]) for a in admin] == [
+        ("requeue", 1, 1), ("delete", 1, 1), ("requeue", 2, 2)]
+    assert admin[1]["ids"] == [deleted_id]
+    outcomes = Counter(r["outcome"] for r in journal_records(tmp_path / "journal"))
+    assert outcomes == {"dead": 4, "ack": 3}
