@@ -39,6 +39,9 @@ Design choices, and why:
   ``x-delivery-count`` (quorum queues) or the ``redelivered`` flag (classic: +1 at most).
 * **Dead letters** are published to the fanout exchange ``dead_letter.queue`` (bound to the
   queue of that name) with ``dead_letter_reason``/``dead_letter_source`` headers, then acked.
+  The monitor lists them by ``basic.get`` and closing the channel (``browse``) and takes
+  chosen ones by id (``receive_ids``: get from the front, nack-requeue the others). A
+  redelivered dead letter is not parked: no app runs it, and a browse marks them all.
 """
 
 from __future__ import annotations

@@ -31,6 +31,10 @@ Leases, attempts, retries (all state lives in Redis, so it survives restarts of 
   ``release`` does the same with the delivery count lowered by one: no attempt is counted.
 * dead_letter = ``XADD`` to the ``dead_letter.queue`` stream (the original fields, the
   metadata plus ``dead_letter_reason`` and ``dead_letter_source``) and ``XACK``, atomically.
+* the monitor's dead letters: ``browse`` lists the dead-letter stream's entries after the
+  group's last-delivered id (``XRANGE``); ``receive_ids`` reads chosen ones by id without
+  taking them into the group (``RedisWaiting``), and their ack is an ``XDEL`` (script
+  ``DELETE_WAITING``, only while the group has not taken the entry), their release nothing.
 * ack = ``XACK``. The entry stays in the stream (other groups may not have read it): trim
   with ``max_len_approx`` (``XADD MAXLEN ~``, Dapr's ``maxLenApprox``) at publish, or set
   ``delete_on_ack: true`` (``XDEL`` too) when this group is the stream's only reader. An entry
