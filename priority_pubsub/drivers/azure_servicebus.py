@@ -75,6 +75,7 @@ from pydantic import Field, SecretStr, model_validator
 from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.drivers.base import (
+    DeadLetter,
     DriverContext,
     DriverOptions,
     live_token,
@@ -91,6 +92,10 @@ ENQUEUED_PROPERTY = "priority-pubsub-enqueued-ms"
 """The original enqueue time of a scheduled retry copy, epoch ms (application property)."""
 _INTERNAL = {ATTEMPTS_PROPERTY, ENQUEUED_PROPERTY}
 DLQ_SUFFIX = "/$deadletterqueue"
+DLQ_DISPLAY_SUFFIX = "/$DeadLetterQueue"
+"""How a dead-letter queue is named to the user (names are case-insensitive)."""
+PEEK_CHUNK = 100
+"""Messages asked of one peek (Service Bus may answer fewer; ``browse`` asks again)."""
 _REASON_CHARS = 4096
 
 log = get_logger(__name__)
@@ -324,6 +329,9 @@ class ServiceBusDriver:
     @property
     def dead_letter_enabled(self) -> bool:
         return True
+
+    def dead_letter_queue_of(self, queue: str) -> str:
+        return queue + DLQ_DISPLAY_SUFFIX
 
     # -- entities --------------------------------------------------------------------------
     def _receiver(self, queue: str) -> Any:
@@ -578,6 +586,37 @@ class ServiceBusDriver:
         with _sdk_errors(f"send to {queue}"):
             await self._call(self._sender(queue), "send_messages", message)
         return message_id
+
+    async def browse(self, queue: str, limit: int) -> list[DeadLetter]:
+        """``peek_messages`` from the queue's first sequence number on: nothing is locked and
+        no delivery is counted. Each call starts again from the front (the SDK would go on
+        from where the receiver's last peek stopped)."""
+        receiver = self._receiver(queue)
+        async with self._gate(receiver):
+            with _sdk_errors(f"browse {queue}"):
+                await asyncio.wait_for(receiver.__aenter__(), 30)
+        source = queue[: -len(DLQ_SUFFIX)] if queue.lower().endswith(DLQ_SUFFIX) else None
+        letters: list[DeadLetter] = []
+        next_sequence = 1
+        while len(letters) < limit:
+            with _sdk_errors(f"browse {queue}"):
+                peeked = await self._call(receiver, "peek_messages",
+                                          max_message_count=min(PEEK_CHUNK, limit - len(letters)),
+                                          sequence_number=next_sequence)
+            if not peeked:
+                break
+            for sdk_message in peeked:
+                props = {_text(k): _text(v)
+                         for k, v in (sdk_message.application_properties or {}).items()}
+                enqueued = props.get(ENQUEUED_PROPERTY)
+                letters.append(DeadLetter(
+                    id=str(sdk_message.message_id or sdk_message.sequence_number),
+                    source=source, reason=sdk_message.dead_letter_reason, attempts=None,
+                    first_seen_ms=int(enqueued) if enqueued else _ms(
+                        sdk_message.enqueued_time_utc),
+                    last_seen_ms=None))
+            next_sequence = max(m.sequence_number for m in peeked) + 1
+        return letters[:limit]
 
     async def ping(self) -> None:
         queue = self.context.queues[0]

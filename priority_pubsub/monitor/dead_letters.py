@@ -25,6 +25,7 @@ from priority_pubsub.drivers.base import (
     DeadLetterBrowser,
     Driver,
     IdReceiver,
+    OwnDeadLetterQueues,
     Publisher,
 )
 
@@ -66,7 +67,13 @@ class DeadLetterDesk:
     def __init__(self, driver: Driver, queue: str | None, queue_names: tuple[str, ...],
                  recorded: Callable[[], Sequence[DeadLetter]]) -> None:
         self._driver = driver
-        self._queue = queue
+        self._dead_queues: tuple[str, ...] = ()
+        """The dead-letter queues listed: ``dead_letter.queue``, or each consumed queue's own
+        (Service Bus)."""
+        if isinstance(driver, OwnDeadLetterQueues):
+            self._dead_queues = tuple(driver.dead_letter_queue_of(q) for q in queue_names)
+        elif queue is not None:
+            self._dead_queues = (queue,)
         self._queue_names = queue_names
         self._recorded = recorded
         self._listed: tuple[float, DeadLetterFilter, int, Listing] | None = None
@@ -74,7 +81,7 @@ class DeadLetterDesk:
     @property
     def browsable(self) -> bool:
         """Whether the list is the broker's dead-letter queue."""
-        return self._queue is not None and isinstance(self._driver, DeadLetterBrowser)
+        return bool(self._dead_queues) and isinstance(self._driver, DeadLetterBrowser)
 
     @property
     def actionable(self) -> bool:
@@ -92,28 +99,32 @@ class DeadLetterDesk:
         return found
 
     async def _read(self, selected: DeadLetterFilter, limit: int) -> Listing:
-        if self.browsable:
-            assert isinstance(self._driver, DeadLetterBrowser)
-            assert self._queue is not None
+        if not self.browsable:
+            letters = list(reversed(self._recorded()))  # newest first
+            chosen = [letter for letter in letters if selected.matches(letter)][:limit]
+            return Listing("replica", self._named(), chosen)
+        assert isinstance(self._driver, DeadLetterBrowser)
+        chosen = []
+        for dead_queue in self._dead_queues:
+            if len(chosen) >= limit:
+                break
             # unfiltered, only what is shown is read (the page asks at every refresh)
             letters = await self._driver.browse(
-                self._queue, limit if selected.empty else BROWSE_LIMIT)
-            source = "broker"
-        else:
-            letters = list(reversed(self._recorded()))  # newest first
-            source = "replica"
-        chosen = [letter for letter in letters if selected.matches(letter)][:limit]
-        return Listing(source, self._queue, chosen)
+                dead_queue, limit - len(chosen) if selected.empty else BROWSE_LIMIT)
+            chosen += [letter for letter in letters if selected.matches(letter)]
+        return Listing("broker", self._named(), chosen[:limit])
+
+    def _named(self) -> str | None:
+        return ", ".join(self._dead_queues) or None
 
     async def requeue(self, ids: Sequence[str]) -> int:
         """Move these dead letters back to the queue each came from; how many moved. One
         whose source is not a consumed queue is handed back to the dead-letter queue."""
         moved = 0
-        for message in await self._take(ids):
+        for dead_queue, message in await self._take(ids):
             source = message.attributes.get(DEAD_LETTER_SOURCE, "")
             if source in self._queue_names:
-                assert self._queue is not None
-                await requeue_one(self._driver, message, self._queue, source)
+                await requeue_one(self._driver, message, dead_queue, source)
                 moved += 1
             else:
                 await self._driver.release(message)
@@ -122,20 +133,28 @@ class DeadLetterDesk:
 
     async def delete(self, ids: Sequence[str]) -> int:
         taken = await self._take(ids)
-        for message in taken:
+        for _, message in taken:
             await self._driver.ack(message)
         self._listed = None
         return len(taken)
 
-    async def _take(self, ids: Sequence[str]) -> list[Message]:
+    async def _take(self, ids: Sequence[str]) -> list[tuple[str, Message]]:
         self._listed = None  # what follows changes the queue
         if not self.actionable:
             raise ActionUnavailable(
                 "this driver cannot take chosen dead letters out of its queue: use "
                 "`priority-pubsub requeue`")
         assert isinstance(self._driver, IdReceiver)
-        assert self._queue is not None
-        return await self._driver.receive_ids(self._queue, list(ids)[:BROWSE_LIMIT])
+        wanted = list(dict.fromkeys(ids))[:BROWSE_LIMIT]
+        taken: list[tuple[str, Message]] = []
+        for dead_queue in self._dead_queues:
+            if not wanted:
+                break
+            got = await self._driver.receive_ids(dead_queue, wanted)
+            taken += [(dead_queue, message) for message in got]
+            found = {message.id for message in got}
+            wanted = [i for i in wanted if i not in found]
+        return taken
 
 
 class ActionUnavailable(Exception):

@@ -23,7 +23,7 @@ from priority_pubsub.drivers.azure_servicebus import (
     ServiceBusDriver,
     ServiceBusOptions,
 )
-from priority_pubsub.drivers.base import DriverContext, Pinger, Publisher
+from priority_pubsub.drivers.base import DeadLetterBrowser, DriverContext, Pinger, Publisher
 from tests.drivers.conformance import (
     DeadLetter,
     DriverConformance,
@@ -371,3 +371,35 @@ async def test_concurrent_extends_and_delayed_retries_on_one_handler(bus: Bus) -
     assert await other.receive(queue, 8, 1.0) == []
     counts = bus.broker.counts(queue)
     assert (counts.active, counts.locked, counts.scheduled) == (0, 0, 0)
+
+
+async def test_browse_peeks_each_queues_own_dead_letter_queue(bus: Bus) -> None:
+    """The monitor lists Service Bus's dead letters by peek: from the front every time,
+    nothing locked, every reason (the driver's and Service Bus's own) and the source queue."""
+    high, low = bus.queue("bhigh", max_delivery_count=1), bus.queue("blow")
+    driver = await bus.driver((high, low), lease_s=5)
+    assert isinstance(driver, DeadLetterBrowser)
+    assert [driver.dead_letter_queue_of(q) for q in (high, low)] == [
+        f"{high}/$DeadLetterQueue", f"{low}/$DeadLetterQueue"]
+    for n in range(3):
+        await bus.send(low, f"poison-{n}".encode())
+    for message in await receive_all(driver, low, 3):
+        await driver.dead_letter(message, "app returned fatal status 400")
+    await bus.send(high, b"flaky")
+    [flaky] = await receive_all(driver, high, 1)
+    await driver.retry(flaky, 0)  # max_delivery_count 1: Service Bus dead-letters it itself
+    dead_low = driver.dead_letter_queue_of(low)
+    listed = await driver.browse(dead_low, 10)
+    assert await driver.browse(dead_low, 10) == listed  # from the front again, nothing taken
+    assert [(d.source, d.reason) for d in listed] == [
+        (low, "app returned fatal status 400")] * 3
+    assert len({d.id for d in listed}) == 3
+    assert [d.id for d in await driver.browse(dead_low, 2)] == [d.id for d in listed[:2]]
+    [native] = await driver.browse(driver.dead_letter_queue_of(high), 10)
+    assert (native.source, native.reason) == (high, "MaxDeliveryCountExceeded")
+    assert bus.broker.counts(f"{low}/$deadletterqueue").locked == 0
+    taken = await receive_all(driver, dead_low, 3)  # still there for `requeue`
+    assert sorted(m.id for m in taken) == sorted(d.id for d in listed)
+    for message in taken:
+        await driver.ack(message)
+    assert await driver.browse(dead_low, 10) == []

@@ -21,6 +21,7 @@ from priority_pubsub.core.message import now_ms
 from tests.e2e.helpers import journal_records, publish, queue_rows, samples, total, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.sidecar import SidecarProcess, local_config, start_sidecar, write_config
+from tests.support.topologies.azure import ServiceBusTopology
 from tests.support.topologies.base import Topology, topology_config
 from tests.support.topologies.rabbitmq import RabbitTopology
 from tests.support.topologies.redis import RedisTopology
@@ -433,3 +434,50 @@ def test_dead_letters_of_the_broker_are_requeued_and_deleted_from_the_page(
     assert admin[1]["ids"] == [deleted_id]
     outcomes = Counter(r["outcome"] for r in journal_records(tmp_path / "journal"))
     assert outcomes == {"dead": 4, "ack": 3}
+
+
+@pytest.mark.azure
+def test_service_bus_dead_letters_are_listed_by_peek_from_each_queues_own_queue(
+    tmp_path: Path, app: RecordingApp, page: Page, servicebus_topology: ServiceBusTopology
+) -> None:
+    """Service Bus: the list is every consumed queue's ``$DeadLetterQueue``, peeked (nothing
+    locked), so it holds what another replica dead-lettered too. Requeue stays the CLI's (no
+    receive by id here): the page shows no requeue buttons and says so."""
+    bus = servicebus_topology
+    high, low = bus.queue("high"), bus.queue("low")
+    bus.publish(high, b'"elsewhere"')
+    with bus.client.get_queue_receiver(high, prefetch_count=0) as receiver:
+        [foreign] = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        receiver.dead_letter_message(foreign, reason="<b>dead-lettered by another replica</b>",
+                                     error_description="not this one")
+    app.behaviour = lambda r: Reply(400 if data_of(r) == "fatal" else 200)
+    config = topology_config(bus, tmp_path, app.url, [high, low],
+                             monitor={**FAST, "admin_token": ADMIN})
+    sidecar = start_sidecar(tmp_path, config, ready_timeout_s=30)
+    try:
+        bus.publish(low, b'"fatal"')
+        page.goto(f"{sidecar.ops_url}/monitor")
+        wait_until(lambda: page.locator("tr.dead").count() == 2, timeout_s=20)
+        origin = page.inner_text("#dead-letters p.muted")
+        assert origin.startswith(f"Listed from the dead-letter queues {high}/$DeadLetterQueue, "
+                                 f"{low}/$DeadLetterQueue as the broker holds them")
+        assert "priority-pubsub requeue" in origin
+        rows = sorted(tuple(r.locator("td").all_inner_texts()[1:3])
+                      for r in page.locator("tr.dead").all())
+        assert rows == sorted([(high, "<b>dead-lettered by another replica</b>"),
+                               (low, "app returned fatal status 400")])
+        assert page.locator("#dead-letters b").count() == 0  # escaped
+        assert page.locator("#dead-letters button").count() == 0  # no receive by id
+        state = httpx.get(f"{sidecar.ops_url}/api/v1/state", timeout=5).json()["dead_letters"]
+        assert (state["source"], state["actions"]) == ("broker", False)
+        assert {d["id"] for d in state["items"]} == set(page.eval_on_selector_all(
+            "tr.dead", "rows => rows.map(r => r.dataset.id)"))
+        refused = httpx.post(f"{sidecar.ops_url}/api/v1/dead-letters/requeue", json={},
+                             headers={"Authorization": f"Bearer {ADMIN}"}, timeout=5)
+        assert refused.status_code == 409
+        assert "priority-pubsub requeue" in refused.json()["error"]
+        for queue in (high, low):  # peeked, not taken: nothing locked, all still there
+            counts = bus.broker.counts(f"{queue}/$deadletterqueue")
+            assert (counts.active, counts.locked) == (1, 0)
+    finally:
+        assert sidecar.stop() == 0
