@@ -52,6 +52,9 @@ Service Bus with their delivery count raised; nothing is lost). ``wait_s == 0`` 
 receive (``zero_wait_s``, 0.1 s by default): the SDK has no non-blocking receive, and a message
 that arrives after the call returned is released back by the SDK, not counted.
 
+The monitor lists dead letters with ``browse``: ``peek_messages`` on a queue's
+``$DeadLetterQueue`` (``dead_letter_queue_of``) from sequence number 1, so nothing is locked.
+
 Not provided: queue depth (the runtime counts live in Service Bus's HTTP management API,
 which needs Manage rights the sidecar should not hold), sessions.
 """

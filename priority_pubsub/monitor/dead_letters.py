@@ -6,9 +6,11 @@ queue: every replica's dead letters; where it is also an ``IdReceiver`` (local, 
 RabbitMQ) requeue and delete act on it: the chosen ids are taken out of the dead-letter queue
 (``receive_ids``), then each goes through ``requeue_one`` (publish to its source, then ack:
 the step ``priority-pubsub requeue`` takes for every message it moves) or is acked (delete).
-Elsewhere (SQS, Pub/Sub: a receive would lease the message and count an attempt) the list is
-what this replica dead-lettered since it started, and it cannot act on it: the page says so,
-and points to ``priority-pubsub requeue``.
+Where the driver dead-letters each queue into a queue of its own (``OwnDeadLetterQueues``:
+Service Bus, listed by peek) the list is all of those; Service Bus is no ``IdReceiver``, so
+there the page points to ``priority-pubsub requeue``. Elsewhere (SQS, Pub/Sub: a receive would
+lease the message and count an attempt) the list is what this replica dead-lettered since it
+started, and it cannot act on it: the page says so, and points to ``priority-pubsub requeue``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Listing:
     source: str
     """``broker``: the dead-letter queue itself; ``replica``: this replica's record."""
     queue: str | None
+    """The dead-letter queue listed (Service Bus: each consumed queue's, comma-separated)."""
     letters: list[DeadLetter]
 
 
