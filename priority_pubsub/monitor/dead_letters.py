@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from priority_pubsub.core.errors import LeaseLost
 from priority_pubsub.core.message import Message
 from priority_pubsub.delivery.requeue import requeue_one
 from priority_pubsub.drivers.base import (
@@ -30,7 +31,9 @@ from priority_pubsub.drivers.base import (
     OwnDeadLetterQueues,
     Publisher,
 )
+from priority_pubsub.telemetry.logs import get_logger
 
+log = get_logger("priority_pubsub.monitor")
 BROWSE_LIMIT = 1000
 """The most dead letters one list or one action reads (the page shows the first 200)."""
 LISTING_TTL_S = 3.0
@@ -126,20 +129,29 @@ class DeadLetterDesk:
         moved = 0
         for dead_queue, message in await self._take(ids):
             source = message.attributes.get(DEAD_LETTER_SOURCE, "")
-            if source in self._queue_names:
-                await requeue_one(self._driver, message, dead_queue, source)
-                moved += 1
-            else:
-                await self._driver.release(message)
+            try:
+                if source in self._queue_names:
+                    await requeue_one(self._driver, message, dead_queue, source)
+                    moved += 1
+                else:
+                    await self._driver.release(message)
+            except LeaseLost as exc:  # the rest of the batch goes on
+                log.warning("requeued dead letter was taken by another action meanwhile: "
+                            "it may arrive twice", message_id=message.id, error=str(exc))
         self._listed = None
         return moved
 
     async def delete(self, ids: Sequence[str]) -> int:
-        taken = await self._take(ids)
-        for _, message in taken:
-            await self._driver.ack(message)
+        deleted = 0
+        for _, message in await self._take(ids):
+            try:
+                await self._driver.ack(message)
+                deleted += 1
+            except LeaseLost as exc:
+                log.warning("deleted dead letter was taken by another action meanwhile",
+                            message_id=message.id, error=str(exc))
         self._listed = None
-        return len(taken)
+        return deleted
 
     async def _take(self, ids: Sequence[str]) -> list[tuple[str, Message]]:
         self._listed = None  # what follows changes the queue
