@@ -409,10 +409,10 @@ def test_dead_letters_of_the_broker_are_requeued_and_deleted_from_the_page(
         fatal.wait_for(state="detached")
         wait_until(lambda: calls["fatal-once"] == 2)
         # delete one: gone from the page and from the broker's dead-letter queue
-        first_low = page.locator("tr.dead").first
-        deleted_id = first_low.get_attribute("data-id")
-        first_low.locator("button[data-action='delete']").click()
-        page.locator(f"tr.dead[data-id='{deleted_id}']").wait_for(state="detached")
+        deleted_id = page.locator("tr.dead").first.get_attribute("data-id")
+        deleted = page.locator(f"tr.dead[data-id='{deleted_id}']")  # rows are swapped live
+        deleted.locator("button[data-action='delete']").click()
+        deleted.wait_for(state="detached")
         wait_until(lambda: dead_letters_held(broker) == 2)
         assert calls["doomed"] == 3
         # the filtered set: every dead letter of `low`, back to `low`, each taken once
