@@ -182,7 +182,8 @@ def test_pause_stops_deliveries_from_that_queue_only(
 
 
 def test_drain_ends_with_nothing_in_flight(start: Any, app: RecordingApp, page: Page) -> None:
-    app.behaviour = lambda r: Reply(delay_s=1.5 if data_of(r) == "slow" else 0)
+    # long enough that the page and /readyz see "draining" on a loaded machine too
+    app.behaviour = lambda r: Reply(delay_s=4 if data_of(r) == "slow" else 0)
     running = start({"admin_token": ADMIN}, concurrency=2)
     before = len(app.received)
     running.publish("high", "slow", count=5)
