@@ -1,16 +1,16 @@
 """The monitor's dead letters: listed from the broker where it can browse, else from this
 replica's own record; requeued (the ``requeue`` path) or deleted by id.
 
-Where the driver is a ``DeadLetterBrowser`` (local, Redis, RabbitMQ) the list *is* the dead-letter
-queue: every replica's dead letters; where it is also an ``IdReceiver`` (local, Redis,
-RabbitMQ) requeue and delete act on it: the chosen ids are taken out of the dead-letter queue
+Where the driver is a ``DeadLetterBrowser`` (local, Redis, RabbitMQ, Service Bus) the list *is*
+the dead-letter queue: every replica's dead letters; where it is also an ``IdReceiver`` (all
+four) requeue and delete act on it: the chosen ids are taken out of the dead-letter queue
 (``receive_ids``), then each goes through ``requeue_one`` (publish to its source, then ack:
 the step ``priority-pubsub requeue`` takes for every message it moves) or is acked (delete).
 Where the driver dead-letters each queue into a queue of its own (``OwnDeadLetterQueues``:
-Service Bus, listed by peek) the list is all of those; Service Bus is no ``IdReceiver``, so
-there the page points to ``priority-pubsub requeue``. Elsewhere (SQS, Pub/Sub: a receive would
-lease the message and count an attempt) the list is what this replica dead-lettered since it
-started, and it cannot act on it: the page says so, and points to ``priority-pubsub requeue``.
+Service Bus, listed by peek) the list is all of those, and a requeued letter goes back to the
+queue whose dead-letter queue held it. Elsewhere (SQS, Pub/Sub: a receive would lease the
+message and count an attempt) the list is what this replica dead-lettered since it started,
+and it cannot act on it: the page says so, and points to ``priority-pubsub requeue``.
 """
 
 from __future__ import annotations
@@ -76,8 +76,11 @@ class DeadLetterDesk:
         self._dead_queues: tuple[str, ...] = ()
         """The dead-letter queues listed: ``dead_letter.queue``, or each consumed queue's own
         (Service Bus)."""
+        self._sources: dict[str, str] = {}
+        """A queue's own dead-letter queue -> that queue (its letters name no source)."""
         if isinstance(driver, OwnDeadLetterQueues):
-            self._dead_queues = tuple(driver.dead_letter_queue_of(q) for q in queue_names)
+            self._sources = {driver.dead_letter_queue_of(q): q for q in queue_names}
+            self._dead_queues = tuple(self._sources)
         elif queue is not None:
             self._dead_queues = (queue,)
         self._queue_names = queue_names
@@ -128,7 +131,8 @@ class DeadLetterDesk:
         whose source is not a consumed queue is handed back to the dead-letter queue."""
         moved = 0
         for dead_queue, message in await self._take(ids):
-            source = message.attributes.get(DEAD_LETTER_SOURCE, "")
+            source = (message.attributes.get(DEAD_LETTER_SOURCE)
+                      or self._sources.get(dead_queue, ""))
             try:
                 if source in self._queue_names:
                     await requeue_one(self._driver, message, dead_queue, source)

@@ -438,12 +438,12 @@ def test_dead_letters_of_the_broker_are_requeued_and_deleted_from_the_page(
 
 
 @pytest.mark.azure
-def test_service_bus_dead_letters_are_listed_by_peek_from_each_queues_own_queue(
+def test_service_bus_dead_letters_are_peeked_requeued_and_deleted_from_the_page(
     tmp_path: Path, app: RecordingApp, page: Page, servicebus_topology: ServiceBusTopology
 ) -> None:
-    """Service Bus: the list is every consumed queue's ``$DeadLetterQueue``, peeked (nothing
-    locked), so it holds what another replica dead-lettered too. Requeue stays the CLI's (no
-    receive by id here): the page shows no requeue buttons and says so."""
+    """Service Bus: the list is every consumed queue's own ``$DeadLetterQueue``, peeked
+    (nothing locked), so it holds what another replica dead-lettered too; requeue sends a
+    letter back to the queue whose dead-letter queue held it, delete completes it."""
     bus = servicebus_topology
     high, low = bus.queue("high"), bus.queue("low")
     bus.publish(high, b'"elsewhere"')
@@ -451,34 +451,50 @@ def test_service_bus_dead_letters_are_listed_by_peek_from_each_queues_own_queue(
         [foreign] = receiver.receive_messages(max_message_count=1, max_wait_time=5)
         receiver.dead_letter_message(foreign, reason="<b>dead-lettered by another replica</b>",
                                      error_description="not this one")
-    app.behaviour = lambda r: Reply(400 if data_of(r) == "fatal" else 200)
+    calls: Counter[str] = Counter()
+
+    def behave(received: Received) -> Reply:
+        calls[data_of(received)] += 1
+        return Reply(400 if calls["fatal-once"] == 1 else 200)
+
+    app.behaviour = behave
     config = topology_config(bus, tmp_path, app.url, [high, low],
                              monitor={**FAST, "admin_token": ADMIN})
     sidecar = start_sidecar(tmp_path, config, ready_timeout_s=30)
     try:
-        bus.publish(low, b'"fatal"')
+        bus.publish(low, b'"fatal-once"')
         page.goto(f"{sidecar.ops_url}/monitor")
         wait_until(lambda: page.locator("tr.dead").count() == 2, timeout_s=20)
         origin = page.inner_text("#dead-letters p.muted")
-        assert origin.startswith(f"Listed from the dead-letter queues {high}/$DeadLetterQueue, "
-                                 f"{low}/$DeadLetterQueue as the broker holds them")
-        assert "priority-pubsub requeue" in origin
+        assert origin == (f"Listed from the dead-letter queues {high}/$DeadLetterQueue, "
+                          f"{low}/$DeadLetterQueue as the broker holds them (every replica's "
+                          "dead letters).")
         rows = sorted(tuple(r.locator("td").all_inner_texts()[1:3])
                       for r in page.locator("tr.dead").all())
         assert rows == sorted([(high, "<b>dead-lettered by another replica</b>"),
                                (low, "app returned fatal status 400")])
         assert page.locator("#dead-letters b").count() == 0  # escaped
-        assert page.locator("#dead-letters button").count() == 0  # no receive by id
         state = httpx.get(f"{sidecar.ops_url}/api/v1/state", timeout=5).json()["dead_letters"]
-        assert (state["source"], state["actions"]) == ("broker", False)
-        assert {d["id"] for d in state["items"]} == set(page.eval_on_selector_all(
-            "tr.dead", "rows => rows.map(r => r.dataset.id)"))
-        refused = httpx.post(f"{sidecar.ops_url}/api/v1/dead-letters/requeue", json={},
-                             headers={"Authorization": f"Bearer {ADMIN}"}, timeout=5)
-        assert refused.status_code == 409
-        assert "priority-pubsub requeue" in refused.json()["error"]
+        assert (state["source"], state["actions"]) == ("broker", True)
         for queue in (high, low):  # peeked, not taken: nothing locked, all still there
             counts = bus.broker.counts(f"{queue}/$deadletterqueue")
             assert (counts.active, counts.locked) == (1, 0)
+        use_token(page, ADMIN)
+        fatal = page.locator(f"tr.dead:has(td:text-is('{low}'))")
+        fatal.locator("button[data-action='requeue']").click()
+        fatal.wait_for(state="detached")
+        wait_until(lambda: calls["fatal-once"] == 2)
+        elsewhere = page.locator(f"tr.dead:has(td:text-is('{high}'))")
+        elsewhere.locator("button[data-action='delete']").click()
+        elsewhere.wait_for(state="detached")
+        page.wait_for_selector("#dead-letters:has-text('no dead letters')")
+        time.sleep(1.5)  # a second delivery would have come by now
+        assert calls == {"fatal-once": 2}
+        for queue in (high, low):
+            counts = bus.broker.counts(f"{queue}/$deadletterqueue")
+            assert (counts.active, counts.locked) == (0, 0)
     finally:
         assert sidecar.stop() == 0
+    admin = [json.loads(line) for line in (tmp_path / "journal" / "admin.jsonl")
+             .read_text().splitlines()]
+    assert [(a["action"], a["count"]) for a in admin] == [("requeue", 1), ("delete", 1)]
