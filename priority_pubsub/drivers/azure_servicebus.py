@@ -52,6 +52,10 @@ Service Bus with their delivery count raised; nothing is lost). ``wait_s == 0`` 
 receive (``zero_wait_s``, 0.1 s by default): the SDK has no non-blocking receive, and a message
 that arrives after the call returned is released back by the SDK, not counted.
 
+The monitor lists dead letters with ``browse``: ``peek_messages`` on a queue's
+``$DeadLetterQueue`` (``dead_letter_queue_of``) from sequence number 1, so nothing is locked;
+it takes chosen ones with ``receive_ids`` (a receiver of their own, see there).
+
 Not provided: queue depth (the runtime counts live in Service Bus's HTTP management API,
 which needs Manage rights the sidecar should not hold), sessions.
 """
@@ -66,7 +70,7 @@ import email.utils
 import functools
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -75,6 +79,7 @@ from pydantic import Field, SecretStr, model_validator
 from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.drivers.base import (
+    DeadLetter,
     DriverContext,
     DriverOptions,
     live_token,
@@ -91,6 +96,15 @@ ENQUEUED_PROPERTY = "priority-pubsub-enqueued-ms"
 """The original enqueue time of a scheduled retry copy, epoch ms (application property)."""
 _INTERNAL = {ATTEMPTS_PROPERTY, ENQUEUED_PROPERTY}
 DLQ_SUFFIX = "/$deadletterqueue"
+DLQ_DISPLAY_SUFFIX = "/$DeadLetterQueue"
+"""How a dead-letter queue is named to the user (names are case-insensitive)."""
+PEEK_CHUNK = 100
+"""Messages asked of one peek or receive (Service Bus may answer fewer; ``browse`` and
+``receive_ids`` ask again)."""
+CHOOSE_SCAN_LIMIT = 1000
+"""How many messages ``receive_ids`` receives at most while looking for the chosen ones."""
+CHOOSE_WAIT_S = 1.0
+"""How long one of ``receive_ids``'s receives waits for more (an empty answer ends it)."""
 _REASON_CHARS = 4096
 
 log = get_logger(__name__)
@@ -132,9 +146,21 @@ class SbLock:
     """The core's lease on this lock; ``lease.lost`` once Service Bus refused a renewal."""
     renewal: asyncio.Task[Any] | None = field(default=None, init=False)
     """The renewal in flight, shared by every caller that wants one meanwhile."""
+    scan: _Scan | None = None
+    """For a message ``receive_ids`` took: its receiver of its own, closed when the last
+    chosen message is settled."""
 
     def __post_init__(self) -> None:
         self.lease = Lease(token=self, deadline_ms=self.lease_until_ms)
+
+
+@dataclass(eq=False)
+class _Scan:
+    """The receiver of one ``receive_ids``: it holds the chosen messages' locks, and the
+    unchosen ones it received, until it is closed (which returns those, uncounted)."""
+
+    receiver: Any
+    open: int = 0
 
 
 def _ms(value: dt.datetime | None) -> int | None:
@@ -235,6 +261,7 @@ class ServiceBusDriver:
         self._stash: dict[str, list[Any]] = {}
         self._held: set[SbLock] = set()
         self._renewer: asyncio.Task[None] | None = None
+        self._scans: set[_Scan] = set()
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -287,7 +314,9 @@ class ServiceBusDriver:
         await self._release_clients()
 
     async def _release_clients(self) -> None:
-        handlers = [*self._receivers.values(), *self._senders.values()]
+        handlers = [*self._receivers.values(), *self._senders.values(),
+                    *(scan.receiver for scan in self._scans)]
+        self._scans.clear()
         self._receivers.clear()
         self._senders.clear()
         self._gates.clear()
@@ -324,6 +353,9 @@ class ServiceBusDriver:
     @property
     def dead_letter_enabled(self) -> bool:
         return True
+
+    def dead_letter_queue_of(self, queue: str) -> str:
+        return queue + DLQ_DISPLAY_SUFFIX
 
     # -- entities --------------------------------------------------------------------------
     def _receiver(self, queue: str) -> Any:
@@ -411,13 +443,14 @@ class ServiceBusDriver:
         taken, self._stash[queue] = fresh[:max_messages], fresh[max_messages:]
         return taken
 
-    def _convert(self, queue: str, sdk_message: Any) -> Message:
+    def _convert(self, queue: str, sdk_message: Any, scan: _Scan | None = None) -> Message:
         props = {_text(k): _text(v) for k, v in (sdk_message.application_properties or {}).items()}
         carried = int(props.get(ATTEMPTS_PROPERTY, "0") or 0)
         enqueued = props.get(ENQUEUED_PROPERTY)
         locked_until = _ms(sdk_message.locked_until_utc) or now_ms()
         lease_ms = now_ms() + int(self.context.lease_duration_s * 1000)
-        lock = SbLock(sdk_message, self._receiver(queue), queue, max(lease_ms, locked_until))
+        receiver = self._receiver(queue) if scan is None else scan.receiver
+        lock = SbLock(sdk_message, receiver, queue, max(lease_ms, locked_until), scan=scan)
         self._held.add(lock)
         content_type = sdk_message.content_type
         return Message(
@@ -445,8 +478,15 @@ class ServiceBusDriver:
     async def _settle(self, message: Message, action: str, **kwargs: Any) -> None:
         lock = self._lock(message, action)
         self._held.discard(lock)
-        with _sdk_errors(f"{action} {message.id}"):
-            await self._call(lock.receiver, action, lock.message, **kwargs)
+        try:
+            with _sdk_errors(f"{action} {message.id}"):
+                await self._call(lock.receiver, action, lock.message, **kwargs)
+        finally:
+            if lock.scan is not None:
+                scan, lock.scan = lock.scan, None
+                scan.open -= 1
+                if scan.open <= 0:
+                    await self._close_scan(scan)
 
     async def ack(self, message: Message) -> None:
         await self._settle(message, "complete_message")
@@ -578,6 +618,94 @@ class ServiceBusDriver:
         with _sdk_errors(f"send to {queue}"):
             await self._call(self._sender(queue), "send_messages", message)
         return message_id
+
+    async def browse(self, queue: str, limit: int) -> list[DeadLetter]:
+        """``peek_messages`` from the queue's first sequence number on: nothing is locked and
+        no delivery is counted. Each call starts again from the front (the SDK would go on
+        from where the receiver's last peek stopped)."""
+        receiver = self._receiver(queue)
+        async with self._gate(receiver):
+            with _sdk_errors(f"browse {queue}"):
+                await asyncio.wait_for(receiver.__aenter__(), 30)
+        source = queue[: -len(DLQ_SUFFIX)] if queue.lower().endswith(DLQ_SUFFIX) else None
+        letters: list[DeadLetter] = []
+        next_sequence = 1
+        while len(letters) < limit:
+            with _sdk_errors(f"browse {queue}"):
+                peeked = await self._call(receiver, "peek_messages",
+                                          max_message_count=min(PEEK_CHUNK, limit - len(letters)),
+                                          sequence_number=next_sequence)
+            if not peeked:
+                break
+            for sdk_message in peeked:
+                props = {_text(k): _text(v)
+                         for k, v in (sdk_message.application_properties or {}).items()}
+                enqueued = props.get(ENQUEUED_PROPERTY)
+                letters.append(DeadLetter(
+                    id=str(sdk_message.message_id or sdk_message.sequence_number),
+                    source=source, reason=sdk_message.dead_letter_reason, attempts=None,
+                    first_seen_ms=int(enqueued) if enqueued else _ms(
+                        sdk_message.enqueued_time_utc),
+                    last_seen_ms=None))
+            next_sequence = max(m.sequence_number for m in peeked) + 1
+        return letters[:limit]
+
+    async def receive_ids(self, queue: str, ids: Sequence[str]) -> list[Message]:
+        """The chosen messages, locked as ``receive`` locks them, on a receiver of their own:
+        it receives (peek-lock) from the front until every id is found (at most
+        ``CHOOSE_SCAN_LIMIT``) and is closed once the chosen ones are settled, which hands
+        the others back uncounted (closing at once when none was chosen). Service Bus's own
+        way, receive by sequence number, needs each message deferred first: not used."""
+        from azure.servicebus import ServiceBusReceiveMode, ServiceBusSubQueue
+
+        wanted = set(ids)
+        if not wanted:
+            return []
+        name, sub_queue = queue, None
+        if name.lower().endswith(DLQ_SUFFIX):
+            name, sub_queue = name[: -len(DLQ_SUFFIX)], ServiceBusSubQueue.DEAD_LETTER
+        kwargs: dict[str, Any] = {"receive_mode": ServiceBusReceiveMode.PEEK_LOCK,
+                                  "prefetch_count": 0, "sub_queue": sub_queue}
+        if "/" in name:
+            topic, subscription = name.split("/", 1)
+            receiver = self._client.get_subscription_receiver(topic, subscription, **kwargs)
+        else:
+            receiver = self._client.get_queue_receiver(name, **kwargs)
+        scan = _Scan(receiver)
+        self._scans.add(scan)
+        chosen: list[Any] = []
+        scanned = 0
+        try:
+            with _sdk_errors(f"receive chosen from {queue}"):
+                await asyncio.wait_for(receiver.__aenter__(), 30)
+                while wanted and scanned < CHOOSE_SCAN_LIMIT:
+                    batch = await self._call(
+                        receiver, "receive_messages", max_wait_time=CHOOSE_WAIT_S,
+                        max_message_count=min(PEEK_CHUNK, CHOOSE_SCAN_LIMIT - scanned))
+                    if not batch:
+                        break
+                    scanned += len(batch)
+                    for sdk_message in batch:
+                        message_id = str(sdk_message.message_id or sdk_message.sequence_number)
+                        if message_id in wanted:
+                            wanted.discard(message_id)
+                            chosen.append(sdk_message)
+        except BaseException:
+            await self._close_scan(scan)
+            raise
+        if not chosen:
+            await self._close_scan(scan)
+            return []
+        scan.open = len(chosen)
+        return [self._convert(queue, sdk_message, scan) for sdk_message in chosen]
+
+    async def _close_scan(self, scan: _Scan) -> None:
+        self._scans.discard(scan)
+        self._gates.pop(scan.receiver, None)
+        try:
+            await scan.receiver.close()
+        except Exception as exc:  # the broker takes the locks back when they lapse
+            log.warning("servicebus closing a receive_ids receiver failed", error=str(exc))
 
     async def ping(self) -> None:
         queue = self.context.queues[0]

@@ -50,6 +50,7 @@ __all__ = [
     "Lease",
     "MappedErrors",
     "Message",
+    "OwnDeadLetterQueues",
     "Pinger",
     "Publisher",
     "QueueAdder",
@@ -243,6 +244,17 @@ class DeadLetterBrowser(Protocol):
 
     async def browse(self, queue: str, limit: int) -> list[DeadLetter]:
         """Up to ``limit`` messages waiting in ``queue``, oldest first; none is leased."""
+        ...
+
+
+@runtime_checkable
+class OwnDeadLetterQueues(Protocol):
+    """A broker that dead-letters each queue into a dead-letter queue of that queue's own
+    (Service Bus's ``$DeadLetterQueue``), not into ``dead_letter.queue``."""
+
+    def dead_letter_queue_of(self, queue: str) -> str:
+        """The name ``receive``, ``browse`` and ``requeue --from`` take for ``queue``'s
+        dead-letter queue."""
         ...
 
 

@@ -171,10 +171,12 @@ def _dead_letters(doc: dict[str, Any], writable: bool) -> str:
     dead = doc["dead_letters"]
     items, acts = dead["items"], writable and dead["actions"]
     if dead["source"] == "broker":
-        origin = (f'Listed from the dead-letter queue <code>{_e(dead["queue"])}</code> as '
-                  "the broker holds it (every replica's dead letters)."
+        several = ", " in (dead["queue"] or "")  # Service Bus: each queue has its own
+        queues, held = ("queues", "them") if several else ("queue", "it")
+        origin = (f'Listed from the dead-letter {queues} <code>{_e(dead["queue"])}</code> as '
+                  f"the broker holds {held} (every replica's dead letters)."
                   + ("" if dead["actions"] else " This driver cannot take chosen ones out of "
-                     "it: requeue with <code>priority-pubsub requeue</code>."))
+                     f"{held}: requeue with <code>priority-pubsub requeue</code>."))
     else:
         origin = ("This replica's own record of what it dead-lettered since it started: this "
                   "broker cannot list its dead-letter queue without receiving from it. Requeue "

@@ -5,10 +5,12 @@ Security, in the order a request meets it:
 * reads: with ``monitor.read_token`` set, a request needs it (or the admin token) as
   ``Authorization: Bearer`` or as an HTTP Basic password (what a browser can send for the
   page itself), else 401;
-* writes: without ``monitor.admin_token`` there are none: 405 (and the page shows no
-  buttons); a cross-site request (``Sec-Fetch-Site`` or ``Origin`` present and not this
-  origin) 403, before any token is looked at (a browser cannot send another site's bearer
-  token, so this is what a forged form gets); a missing or wrong admin token 401.
+* writes, answered in the order the issue gives: without ``monitor.admin_token`` there are
+  none: 405 (and the page shows no buttons; anything but POST is 405 too); a missing or
+  wrong admin token 401; then a cross-site request (``Sec-Fetch-Site`` or ``Origin`` present
+  and not this origin) 403, even with the right token. A forged form of another site carries
+  no bearer token (the page keeps it in its tab's session storage, no cookie), so it stops at
+  401; 403 is what a request gets that holds the token but comes from another site's page.
 
 Tokens are compared in constant time and never echoed. The page's script sends the admin
 token as ``Authorization: Bearer`` from the tab's session storage (no cookie).
@@ -89,11 +91,11 @@ class Monitor:
                 why = ("read-only monitor: set monitor.admin_token to enable actions"
                        if self._admin_token is None else "actions take POST")
                 return _error(405, why, {"Allow": "POST" if self._admin_token else ""})
-            if _cross_site(request):
-                return _error(403, "cross-site request refused")
             if not _presented(request, self._admin_token, basic=False):
                 return _error(401, "missing or wrong admin token",
                               {"WWW-Authenticate": "Bearer"})
+            if _cross_site(request):
+                return _error(403, "cross-site request refused")
             try:
                 return await handler(request)
             except ActionUnavailable as exc:

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 import pytest
 
 from priority_pubsub.core.errors import DriverError
-from priority_pubsub.drivers.base import DeadLetterBrowser, Driver, Message
+from priority_pubsub.delivery.requeue import requeue_one
+from priority_pubsub.drivers.base import (
+    DEAD_LETTER_SOURCE,
+    REQUEUED_FROM,
+    DeadLetterBrowser,
+    Driver,
+    IdReceiver,
+    Message,
+)
 from tests.support.topologies.base import DeadLetter
 
 __all__ = ["DeadLetter", "DeadLetterBrowsing", "DriverConformance", "DriverHarness",
@@ -335,8 +343,9 @@ class DriverConformance:
 
 
 class DeadLetterBrowsing:
-    """For drivers that are ``DeadLetterBrowser``s: the monitor lists their dead-letter queue
-    itself. A driver's test class adds this beside ``DriverConformance``."""
+    """For drivers that are ``DeadLetterBrowser``s and ``IdReceiver``s: the monitor lists
+    their dead-letter queue itself, and requeues or deletes chosen dead letters from it. A
+    driver's test class adds this beside ``DriverConformance``."""
 
     async def test_browse_lists_dead_letters_and_takes_none(self, harness: DriverHarness) -> None:
         driver = await harness.make_driver(harness.lease_s * 5)
@@ -353,3 +362,41 @@ class DeadLetterBrowsing:
         assert taken.id == letter.id
         await driver.ack(taken)
         assert await driver.browse(dead, 10) == []
+
+    async def test_chosen_dead_letters_are_requeued_released_or_deleted_alone(
+        self, harness: DriverHarness
+    ) -> None:
+        """What the monitor's requeue and delete do: ``receive_ids`` then ``requeue_one``
+        (the CLI's step), ``release`` or ``ack``; the other dead letters stay untouched."""
+        driver = await harness.make_driver(harness.lease_s * 5)
+        assert isinstance(driver, DeadLetterBrowser)
+        assert isinstance(driver, IdReceiver)
+        dead, source = harness.dead_letter_queue, harness.queues[1]
+        for n in range(3):
+            await harness.publish(source, f"poison-{n}".encode(), {"n": str(n)})
+        for message in await receive_all(driver, source, 3):
+            await driver.dead_letter(message, "bad input")
+        letters = await driver.browse(dead, 10)
+        assert len(letters) == 3
+        by_n = {}
+        for letter in letters:
+            [probe] = await driver.receive_ids(dead, [letter.id])
+            by_n[probe.attributes["n"]] = letter.id
+            await driver.release(probe)  # handed back unseen
+        assert {letter.id for letter in await driver.browse(dead, 10)} == set(by_n.values())
+
+        taken = await driver.receive_ids(dead, [by_n["1"], "no-such-id", by_n["1"]])
+        assert [(m.body, m.attributes[DEAD_LETTER_SOURCE]) for m in taken] == [
+            (b"poison-1", source)]
+        await requeue_one(driver, taken[0], dead, harness.queues[0])
+        [back] = await receive_all(driver, harness.queues[0], 1)
+        assert (back.body, back.attributes[REQUEUED_FROM]) == (b"poison-1", dead)
+        assert DEAD_LETTER_SOURCE not in back.attributes
+        await driver.ack(back)
+        assert {letter.id for letter in await driver.browse(dead, 10)} == {by_n["0"],
+                                                                           by_n["2"]}
+
+        [doomed] = await driver.receive_ids(dead, [by_n["0"]])
+        await driver.ack(doomed)  # delete
+        assert [letter.id for letter in await driver.browse(dead, 10)] == [by_n["2"]]
+        assert await driver.receive_ids(dead, [by_n["0"], by_n["1"]]) == []

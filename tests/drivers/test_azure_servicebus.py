@@ -18,12 +18,19 @@ from azure.servicebus.aio import ServiceBusClient
 from pydantic import ValidationError
 
 from priority_pubsub.core.errors import DriverError, LeaseLost
+from priority_pubsub.delivery.requeue import requeue_one
 from priority_pubsub.drivers.azure_servicebus import (
     ATTEMPTS_PROPERTY,
     ServiceBusDriver,
     ServiceBusOptions,
 )
-from priority_pubsub.drivers.base import DriverContext, Pinger, Publisher
+from priority_pubsub.drivers.base import (
+    REQUEUED_FROM,
+    DeadLetterBrowser,
+    DriverContext,
+    Pinger,
+    Publisher,
+)
 from tests.drivers.conformance import (
     DeadLetter,
     DriverConformance,
@@ -33,6 +40,7 @@ from tests.drivers.conformance import (
 )
 from tests.support.servicebus import ServiceBusBroker
 from tests.support.topologies.azure import ServiceBusTopology
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.azure
 
@@ -371,3 +379,68 @@ async def test_concurrent_extends_and_delayed_retries_on_one_handler(bus: Bus) -
     assert await other.receive(queue, 8, 1.0) == []
     counts = bus.broker.counts(queue)
     assert (counts.active, counts.locked, counts.scheduled) == (0, 0, 0)
+
+
+async def test_browse_peeks_each_queues_own_dead_letter_queue(bus: Bus) -> None:
+    """The monitor lists Service Bus's dead letters by peek: from the front every time,
+    nothing locked, every reason (the driver's and Service Bus's own) and the source queue."""
+    high, low = bus.queue("bhigh", max_delivery_count=1), bus.queue("blow")
+    driver = await bus.driver((high, low), lease_s=5)
+    assert isinstance(driver, DeadLetterBrowser)
+    assert [driver.dead_letter_queue_of(q) for q in (high, low)] == [
+        f"{high}/$DeadLetterQueue", f"{low}/$DeadLetterQueue"]
+    for n in range(3):
+        await bus.send(low, f"poison-{n}".encode())
+    for message in await receive_all(driver, low, 3):
+        await driver.dead_letter(message, "app returned fatal status 400")
+    await bus.send(high, b"flaky")
+    [flaky] = await receive_all(driver, high, 1)
+    await driver.retry(flaky, 0)  # max_delivery_count 1: Service Bus dead-letters it itself
+    dead_low = driver.dead_letter_queue_of(low)
+    listed = await driver.browse(dead_low, 10)
+    assert await driver.browse(dead_low, 10) == listed  # from the front again, nothing taken
+    assert [(d.source, d.reason) for d in listed] == [
+        (low, "app returned fatal status 400")] * 3
+    assert len({d.id for d in listed}) == 3
+    assert [d.id for d in await driver.browse(dead_low, 2)] == [d.id for d in listed[:2]]
+    [native] = await driver.browse(driver.dead_letter_queue_of(high), 10)
+    assert (native.source, native.reason) == (high, "MaxDeliveryCountExceeded")
+    assert bus.broker.counts(f"{low}/$deadletterqueue").locked == 0
+    taken = await receive_all(driver, dead_low, 3)  # still there for `requeue`
+    assert sorted(m.id for m in taken) == sorted(d.id for d in listed)
+    for message in taken:
+        await driver.ack(message)
+    assert await driver.browse(dead_low, 10) == []
+
+
+async def test_chosen_dead_letters_are_taken_by_id_and_the_others_left(bus: Bus) -> None:
+    """The monitor's requeue and delete on Service Bus: ``receive_ids`` receives from the
+    dead-letter queue's front on a receiver of its own, which hands the unchosen ones back
+    (uncounted) when it closes, once the chosen ones are settled."""
+    queue = bus.queue("chosen", lease_s=5)
+    driver = await bus.driver((queue,), lease_s=5)
+    dead = driver.dead_letter_queue_of(queue)
+    dead_entity = f"{queue}/$deadletterqueue"
+    for n in range(3):
+        await bus.send(queue, f"poison-{n}".encode(), {"n": str(n)})
+    for message in await receive_all(driver, queue, 3):
+        await driver.dead_letter(message, "bad input")
+    ids = [letter.id for letter in await driver.browse(dead, 10)]
+    taken = await driver.receive_ids(dead, [ids[1], "no-such-id", ids[1]])
+    assert [m.body for m in taken] == [b"poison-1"]
+    await requeue_one(driver, taken[0], dead, queue)
+    # the broker sees the receiver's detach a moment later
+    await asyncio.to_thread(wait_until, lambda: bus.broker.counts(dead_entity).locked == 0, 5)
+    counts = bus.broker.counts(dead_entity)
+    assert (counts.active, counts.locked) == (2, 0)  # the others are back, not held
+    [back] = await receive_all(driver, queue, 1)
+    assert (back.body, back.attributes[REQUEUED_FROM]) == (b"poison-1", dead)
+    await driver.ack(back)
+    [doomed] = await driver.receive_ids(dead, [ids[2]])
+    await driver.release(doomed)  # handed back: still listed
+    assert [letter.id for letter in await driver.browse(dead, 10)] == [ids[0], ids[2]]
+    [doomed] = await driver.receive_ids(dead, [ids[2]])
+    await driver.ack(doomed)  # delete
+    assert [letter.id for letter in await driver.browse(dead, 10)] == [ids[0]]
+    assert await driver.receive_ids(dead, [ids[1], ids[2]]) == []
+    assert driver._scans == set()  # every receiver of its own closed

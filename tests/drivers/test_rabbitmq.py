@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -351,3 +352,20 @@ async def test_without_renewal_consumer_timeout_returns_the_delivery(
         for driver in topo.made:
             await driver.close()
         await topo.admin.close()
+
+
+async def test_a_browsed_dead_letter_is_received_at_once_by_requeue(topology: Topology) -> None:
+    """``browse`` (the monitor) leaves dead letters flagged redelivered; ``requeue``'s receive
+    from the dead-letter queue takes them at once: no app runs a dead letter, so none is held
+    back one lease as a redelivered message of a consumed queue is."""
+    driver = await topology.driver(lease_s=30)
+    await topology.publish(topology.queues[0], b"poison", {})
+    [message] = await receive_all(driver, topology.queues[0], 1)
+    await driver.dead_letter(message, "bad input")
+    [letter] = await driver.browse(topology.dead, 10)
+    started = time.monotonic()
+    [taken] = await driver.receive(topology.dead, 10, 0)
+    assert time.monotonic() - started < 5
+    assert (taken.id, taken.body) == (letter.id, b"poison")
+    await driver.ack(taken)
+    assert await driver.browse(topology.dead, 10) == []

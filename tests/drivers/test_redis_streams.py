@@ -27,6 +27,7 @@ from priority_pubsub.drivers.base import (
 )
 from priority_pubsub.drivers.redis import driver as redis_streams
 from priority_pubsub.drivers.redis.driver import RedisDriver, RedisOptions
+from priority_pubsub.monitor.dead_letters import DeadLetterDesk, DeadLetterFilter
 from priority_pubsub.settings.config import validate_config
 from tests.drivers.conformance import (
     DeadLetter,
@@ -575,3 +576,64 @@ async def test_group_lost_with_the_data_is_declared_again(tmp_path: Path) -> Non
         await driver.close()
     finally:
         server.stop()
+
+
+async def test_a_chosen_dead_letter_taken_meanwhile_is_left_to_its_taker(
+    streams: Streams,
+) -> None:
+    """``receive_ids`` reads without taking: if the group (``requeue``) or another page took
+    the entry meanwhile, the ack refuses (``LeaseLost``) and leaves it where it is."""
+    queue, dead = streams.name("src"), streams.name("dead")
+    driver = await streams.driver((queue,), dead)
+    for body in (b"one", b"two"):
+        await streams.dapr_publish(queue, body)
+    for message in await receive_all(driver, queue, 2):
+        await driver.dead_letter(message, "bad input")
+    first, second = (letter.id for letter in await driver.browse(dead, 10))
+    # two pages chose the same entry: the first delete wins, the second is refused
+    [page_a] = await driver.receive_ids(dead, [first])
+    [page_b] = await driver.receive_ids(dead, [first, "not-an-id", "0-1"])
+    await driver.ack(page_a)
+    with pytest.raises(LeaseLost, match="taken by the group meanwhile"):
+        await driver.ack(page_b)
+    # `requeue` received it into the group meanwhile: its pending entry is not deleted
+    [chosen] = await driver.receive_ids(dead, [second])
+    [requeue] = await driver.receive(dead, 10, 0)
+    assert requeue.id == second
+    with pytest.raises(LeaseLost):
+        await driver.ack(chosen)
+    assert [e[b"data"] for e in await streams.dead_letters(dead)] == [b"two"]
+    await driver.ack(requeue)
+    assert await driver.browse(dead, 10) == []
+
+
+async def test_the_monitor_desk_goes_on_past_a_dead_letter_another_action_took(
+    streams: Streams,
+) -> None:
+    """Two operators act on the same dead letters: the later batch counts what it did and
+    goes on past what the other took, instead of failing half-way."""
+    queue, dead = streams.name("src"), streams.name("dead")
+    driver = await streams.driver((queue,), dead)
+    desk = DeadLetterDesk(driver, dead, (queue,), list)
+    for body in (b"one", b"two", b"three"):
+        await streams.dapr_publish(queue, body)
+    for message in await receive_all(driver, queue, 3):
+        await driver.dead_letter(message, "bad input")
+    ids = [letter.id for letter in (await desk.listing(DeadLetterFilter())).letters]
+    [other] = await driver.receive_ids(dead, ids[:1])  # the other operator's requeue, begun
+    real_ack = driver.ack
+    taken_first = False
+
+    async def ack_after_the_other(message: Message) -> None:
+        nonlocal taken_first
+        if not taken_first:  # the other operator's ack lands just before ours
+            taken_first = True
+            await real_ack(other)
+        await real_ack(message)
+
+    driver.ack = ack_after_the_other  # type: ignore[method-assign]
+    assert await desk.requeue(ids) == 2  # the first was the other's; the batch went on
+    driver.ack = real_ack  # type: ignore[method-assign]
+    assert sorted(m.body for m in await receive_all(driver, queue, 3, timeout_s=2)) == [
+        b"one", b"three", b"two"]  # ours two, plus the copy published before the refusal
+    assert await driver.browse(dead, 10) == []

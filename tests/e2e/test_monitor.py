@@ -20,7 +20,11 @@ import pytest
 from priority_pubsub.core.message import now_ms
 from tests.e2e.helpers import journal_records, publish, queue_rows, samples, total, wait_until
 from tests.support.app import Received, RecordingApp, Reply
-from tests.support.sidecar import SidecarProcess, local_config, write_config
+from tests.support.sidecar import SidecarProcess, local_config, start_sidecar, write_config
+from tests.support.topologies.azure import ServiceBusTopology
+from tests.support.topologies.base import Topology, topology_config
+from tests.support.topologies.rabbitmq import RabbitTopology
+from tests.support.topologies.redis import RedisTopology
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -178,7 +182,8 @@ def test_pause_stops_deliveries_from_that_queue_only(
 
 
 def test_drain_ends_with_nothing_in_flight(start: Any, app: RecordingApp, page: Page) -> None:
-    app.behaviour = lambda r: Reply(delay_s=1.5 if data_of(r) == "slow" else 0)
+    # long enough that the page and /readyz see "draining" on a loaded machine too
+    app.behaviour = lambda r: Reply(delay_s=4 if data_of(r) == "slow" else 0)
     running = start({"admin_token": ADMIN}, concurrency=2)
     before = len(app.received)
     running.publish("high", "slow", count=5)
@@ -217,19 +222,32 @@ def test_read_only_shows_no_buttons_and_a_post_gets_405(start: Any, page: Page) 
     assert running.state()["overview"]["drain"] is None
 
 
-def test_a_cross_site_post_gets_403(start: Any, page: Page) -> None:
+@pytest.mark.parametrize(("token", "status"), [(None, 401), ("not-the-token", 401),
+                                             (ADMIN, 403)])
+def test_a_cross_site_post_meets_401_then_403(
+    start: Any, page: Page, token: str | None, status: int
+) -> None:
+    """The issue's order: 405 (read-only), then 401 (missing or wrong token), then 403
+    (cross-site). A forged form of another site carries no bearer token: 401; one that holds
+    the right token (added here by Playwright, as no page of another site can) still 403."""
     running = start({"admin_token": ADMIN})
+    target = f"{running.url}/api/v1/drain"
     # a page of another site with a form aimed at the monitor: what a forged request is
     page.route("http://attacker.example/", lambda route: route.fulfill(
         content_type="text/html",
-        body=f'<form method="post" action="{running.url}/api/v1/drain">'
-             '<button id="go">go</button></form>'))
+        body=f'<form method="post" action="{target}"><button id="go">go</button></form>'))
+    if token is not None:
+        page.route(target, lambda route: route.continue_(headers={
+            **route.request.all_headers(), "authorization": f"Bearer {token}"}))
     page.goto("http://attacker.example/")
-    with page.expect_response(f"{running.url}/api/v1/drain") as answer:
+    with page.expect_response(target) as answer:
         page.click("#go")
-    assert answer.value.status == 403
-    assert answer.value.request.headers.get("origin") == "http://attacker.example"
+    assert answer.value.status == status
+    sent = answer.value.request.all_headers()
+    assert sent["origin"] == "http://attacker.example"
+    assert ("authorization" in sent) is (token is not None)
     assert running.state()["overview"]["drain"] is None
+    assert "not-the-token" not in running.sidecar.logs()
 
 
 def test_a_wrong_token_gets_401_and_changes_nothing(start: Any, page: Page) -> None:
@@ -340,3 +358,143 @@ def test_a_read_token_guards_the_page_and_the_api(start: Any, chromium: Browser)
         assert page.evaluate("window.__sameDocument") is True
     finally:
         context.close()
+
+
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis),
+                        pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
+def broker(request: pytest.FixtureRequest) -> Topology:
+    """Redis Streams and RabbitMQ: brokers whose dead-letter queue the page lists itself and
+    acts on (``browse`` and ``receive_ids``)."""
+    topology: Topology = request.getfixturevalue(f"{request.param}_topology")
+    return topology
+
+
+def dead_letters_held(broker: Topology) -> int:
+    """What the broker's dead-letter queue holds, read beside the sidecar."""
+    if isinstance(broker, RedisTopology):
+        return int(broker.raw.xlen(broker.dead))
+    assert isinstance(broker, RabbitTopology)
+    return broker.count(broker.dead)  # ready messages: a browse holds them a moment
+
+
+def test_dead_letters_of_the_broker_are_requeued_and_deleted_from_the_page(
+    tmp_path: Path, app: RecordingApp, page: Page, broker: Topology
+) -> None:
+    calls: Counter[str] = Counter()
+
+    def behave(received: Received) -> Reply:
+        data = data_of(received)
+        calls[data] += 1
+        failing = (data == "fatal-once" and calls[data] == 1) or (
+            data == "doomed" and calls[data] <= 3)
+        return Reply(400 if failing else 200)
+
+    app.behaviour = behave
+    high, low = broker.queue("high"), broker.queue("low")
+    config = topology_config(broker, tmp_path, app.url, [high, low], concurrency=2,
+                             monitor={**FAST, "admin_token": ADMIN})
+    config_path = write_config(tmp_path, config, "publisher.yaml")
+    sidecar = start_sidecar(tmp_path, config)
+    try:
+        publish_beside_playwright(config_path, high, "fatal-once")
+        publish_beside_playwright(config_path, low, "doomed", count=3)
+        page.goto(f"{sidecar.ops_url}/monitor")
+        page.wait_for_selector("#dead-letters:has-text('Listed from the dead-letter queue')")
+        wait_until(lambda: page.locator("tr.dead").count() == 4, timeout_s=15)
+        assert dead_letters_held(broker) == 4
+        use_token(page, ADMIN)
+
+        # requeue one: its row goes, the app gets it once more (and takes it this time)
+        fatal = page.locator(f"tr.dead:has(td:text-is('{high}'))")
+        fatal.locator("button[data-action='requeue']").click()
+        fatal.wait_for(state="detached")
+        wait_until(lambda: calls["fatal-once"] == 2)
+        # delete one: gone from the page and from the broker's dead-letter queue
+        deleted_id = page.locator("tr.dead").first.get_attribute("data-id")
+        deleted = page.locator(f"tr.dead[data-id='{deleted_id}']")  # rows are swapped live
+        deleted.locator("button[data-action='delete']").click()
+        deleted.wait_for(state="detached")
+        wait_until(lambda: dead_letters_held(broker) == 2)
+        assert calls["doomed"] == 3
+        # the filtered set: every dead letter of `low`, back to `low`, each taken once
+        page.goto(f"{sidecar.ops_url}/monitor?queue={low}")
+        wait_until(lambda: page.locator("tr.dead").count() == 2)
+        page.click("button[data-action='requeue-filtered']")
+        page.wait_for_selector("#dead-letters:has-text('no dead letters')")
+        wait_until(lambda: calls["doomed"] == 5)
+        time.sleep(1.5)  # a second delivery of any of them would have come by now
+        assert calls == {"fatal-once": 2, "doomed": 5}
+        assert dead_letters_held(broker) == 0
+        assert broker.dead_letters() == []
+    finally:
+        assert sidecar.stop() == 0
+    admin = [json.loads(line) for line in (tmp_path / "journal" / "admin.jsonl")
+             .read_text().splitlines()]
+    assert [(a["action"], a["asked"], a["count"]) for a in admin] == [
+        ("requeue", 1, 1), ("delete", 1, 1), ("requeue", 2, 2)]
+    assert admin[1]["ids"] == [deleted_id]
+    outcomes = Counter(r["outcome"] for r in journal_records(tmp_path / "journal"))
+    assert outcomes == {"dead": 4, "ack": 3}
+
+
+@pytest.mark.azure
+def test_service_bus_dead_letters_are_peeked_requeued_and_deleted_from_the_page(
+    tmp_path: Path, app: RecordingApp, page: Page, servicebus_topology: ServiceBusTopology
+) -> None:
+    """Service Bus: the list is every consumed queue's own ``$DeadLetterQueue``, peeked
+    (nothing locked), so it holds what another replica dead-lettered too; requeue sends a
+    letter back to the queue whose dead-letter queue held it, delete completes it."""
+    bus = servicebus_topology
+    high, low = bus.queue("high"), bus.queue("low")
+    bus.publish(high, b'"elsewhere"')
+    with bus.client.get_queue_receiver(high, prefetch_count=0) as receiver:
+        [foreign] = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+        receiver.dead_letter_message(foreign, reason="<b>dead-lettered by another replica</b>",
+                                     error_description="not this one")
+    calls: Counter[str] = Counter()
+
+    def behave(received: Received) -> Reply:
+        calls[data_of(received)] += 1
+        return Reply(400 if calls["fatal-once"] == 1 else 200)
+
+    app.behaviour = behave
+    config = topology_config(bus, tmp_path, app.url, [high, low],
+                             monitor={**FAST, "admin_token": ADMIN})
+    sidecar = start_sidecar(tmp_path, config, ready_timeout_s=30)
+    try:
+        bus.publish(low, b'"fatal-once"')
+        page.goto(f"{sidecar.ops_url}/monitor")
+        wait_until(lambda: page.locator("tr.dead").count() == 2, timeout_s=20)
+        origin = page.inner_text("#dead-letters p.muted")
+        assert origin == (f"Listed from the dead-letter queues {high}/$DeadLetterQueue, "
+                          f"{low}/$DeadLetterQueue as the broker holds them (every replica's "
+                          "dead letters).")
+        rows = sorted(tuple(r.locator("td").all_inner_texts()[1:3])
+                      for r in page.locator("tr.dead").all())
+        assert rows == sorted([(high, "<b>dead-lettered by another replica</b>"),
+                               (low, "app returned fatal status 400")])
+        assert page.locator("#dead-letters b").count() == 0  # escaped
+        state = httpx.get(f"{sidecar.ops_url}/api/v1/state", timeout=5).json()["dead_letters"]
+        assert (state["source"], state["actions"]) == ("broker", True)
+        for queue in (high, low):  # peeked, not taken: nothing locked, all still there
+            counts = bus.broker.counts(f"{queue}/$deadletterqueue")
+            assert (counts.active, counts.locked) == (1, 0)
+        use_token(page, ADMIN)
+        fatal = page.locator(f"tr.dead:has(td:text-is('{low}'))")
+        fatal.locator("button[data-action='requeue']").click()
+        fatal.wait_for(state="detached")
+        wait_until(lambda: calls["fatal-once"] == 2)
+        elsewhere = page.locator(f"tr.dead:has(td:text-is('{high}'))")
+        elsewhere.locator("button[data-action='delete']").click()
+        elsewhere.wait_for(state="detached")
+        page.wait_for_selector("#dead-letters:has-text('no dead letters')")
+        time.sleep(1.5)  # a second delivery would have come by now
+        assert calls == {"fatal-once": 2}
+        for queue in (high, low):
+            counts = bus.broker.counts(f"{queue}/$deadletterqueue")
+            assert (counts.active, counts.locked) == (0, 0)
+    finally:
+        assert sidecar.stop() == 0
+    admin = [json.loads(line) for line in (tmp_path / "journal" / "admin.jsonl")
+             .read_text().splitlines()]
+    assert [(a["action"], a["count"]) for a in admin] == [("requeue", 1), ("delete", 1)]

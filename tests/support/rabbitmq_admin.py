@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +117,14 @@ class SyncRabbit:
         return self.admin.name(prefix)
 
     def run(self, coroutine: Any) -> Any:
-        return self._loop.run_until_complete(coroutine)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._loop.run_until_complete(coroutine)
+        # beside Playwright's sync API (a loop counts as running in this thread): its own
+        # loop runs in a thread of its own, one call at a time as here
+        with ThreadPoolExecutor(1) as thread:
+            return thread.submit(self._loop.run_until_complete, coroutine).result()
 
     def publish(self, queue: str, body: bytes, headers: dict[str, Any] | None = None,
                 **properties: Any) -> None:

@@ -39,6 +39,9 @@ Design choices, and why:
   ``x-delivery-count`` (quorum queues) or the ``redelivered`` flag (classic: +1 at most).
 * **Dead letters** are published to the fanout exchange ``dead_letter.queue`` (bound to the
   queue of that name) with ``dead_letter_reason``/``dead_letter_source`` headers, then acked.
+  The monitor lists them by ``basic.get`` and closing the channel (``browse``) and takes
+  chosen ones by id (``receive_ids``: get from the front, nack-requeue the others). A
+  redelivered dead letter is not parked: no app runs it, and a browse marks them all.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -87,6 +90,9 @@ log = get_logger(__name__)
 RENEW_FRACTION = 0.5
 """A delivery is renewed once older than this fraction of ``consumer_timeout_s``."""
 STRAY_LIMIT = 20
+CHOOSE_SCAN_LIMIT = 1000
+"""How many messages ``receive_ids`` gets at most while looking for the chosen ones (what
+``browse`` shows comes from the same front of the queue)."""
 
 
 class RabbitOptions(DriverOptions):
@@ -270,7 +276,9 @@ class RabbitMQDriver:
                 got = await self._consume_some(channel, physical, count, wait_s, pending)
         if got and pending.abandoned.is_set():
             await self._hand_back_quietly(got, physical)
-        elif self.options.hold_redelivered:
+        elif self.options.hold_redelivered and queue != self.context.dead_letter_queue:
+            # (no app runs a dead letter: a redelivered one is a browse's or a crashed
+            # requeue's, and is requeued at once, not held back one lease)
             got = await self._park_redelivered(got, physical)
         if not got or pending.abandoned.is_set():
             with contextlib.suppress(Exception):
@@ -555,6 +563,48 @@ class RabbitMQDriver:
                 attempts=attempts if isinstance(attempts, int) else None,
                 first_seen_ms=reading.enqueued_ms, last_seen_ms=None))
         return letters
+
+    async def receive_ids(self, queue: str, ids: Sequence[str]) -> list[Message]:
+        """The chosen messages, leased as ``receive`` leases (the unacked delivery): on a
+        channel of its own, ``basic.get`` from the front until every id is found (at most
+        ``CHOOSE_SCAN_LIMIT``); the others are handed back at once (``basic.nack`` with
+        requeue: RabbitMQ puts them back where they were, flagged redelivered, as ``browse``
+        does). The chosen ones are then acked or published elsewhere, as after a receive."""
+        self._check_name(queue)
+        wanted = set(ids)
+        if not wanted:
+            return []
+        connection = await self._link()
+        physical = self._layout.physical(queue)
+        chosen: list[AbstractIncomingMessage] = []
+        with map_errors(map_error, f"receive chosen from {queue}"):
+            channel = await connection.channel(publisher_confirms=False)
+            try:
+                source = await channel.get_queue(physical, ensure=False)
+                others: list[AbstractIncomingMessage] = []
+                while wanted and len(chosen) + len(others) < CHOOSE_SCAN_LIMIT:
+                    incoming = await source.get(no_ack=False, fail=False,
+                                                timeout=self.options.call_timeout_s)
+                    if incoming is None:
+                        break
+                    message_id = read_delivery(incoming, 0).id
+                    if message_id in wanted:
+                        wanted.discard(message_id)
+                        chosen.append(incoming)
+                    else:
+                        others.append(incoming)
+                for incoming in others:
+                    await incoming.nack(requeue=True)
+            except BaseException:
+                await self._close_quietly(channel)  # returns every one of them
+                raise
+        if not chosen:
+            await self._close_quietly(channel)
+            return []
+        batch = _Batch(channel, open=len(chosen))
+        received_ms = now_ms()
+        return [self._message(queue, incoming, batch, physical, received_ms)
+                for incoming in chosen]
 
     async def publish(
         self,

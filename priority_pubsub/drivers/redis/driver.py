@@ -31,6 +31,10 @@ Leases, attempts, retries (all state lives in Redis, so it survives restarts of 
   ``release`` does the same with the delivery count lowered by one: no attempt is counted.
 * dead_letter = ``XADD`` to the ``dead_letter.queue`` stream (the original fields, the
   metadata plus ``dead_letter_reason`` and ``dead_letter_source``) and ``XACK``, atomically.
+* the monitor's dead letters: ``browse`` lists the dead-letter stream's entries after the
+  group's last-delivered id (``XRANGE``); ``receive_ids`` reads chosen ones by id without
+  taking them into the group (``RedisWaiting``), and their ack is an ``XDEL`` (script
+  ``DELETE_WAITING``, only while the group has not taken the entry), their release nothing.
 * ack = ``XACK``. The entry stays in the stream (other groups may not have read it): trim
   with ``max_len_approx`` (``XADD MAXLEN ~``, Dapr's ``maxLenApprox``) at publish, or set
   ``delete_on_ack: true`` (``XDEL`` too) when this group is the stream's only reader. An entry
@@ -68,9 +72,10 @@ import functools
 import json
 import math
 import os
+import re
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, cast
@@ -170,6 +175,16 @@ class RedisLease:
     """The entry as read, for dead-lettering it whole."""
 
 
+@dataclass(frozen=True, slots=True)
+class RedisWaiting:
+    """The token of an entry ``receive_ids`` read without taking it: nobody's pending entry,
+    so nothing to lapse. Its ack deletes it if the group has still not taken it; its release
+    leaves it where it is."""
+
+    stream: str
+    entry_id: str
+
+
 class RedisDriver:
     """Redis Streams, one stream per priority; see the module docstring."""
 
@@ -190,7 +205,7 @@ class RedisDriver:
         self._scripts = {
             name: self._client.register_script(getattr(redis_scripts, name))
             for name in ("CLAIM", "ACK", "EXTEND", "PARK", "DEAD_LETTER", "FORGET_CONSUMER",
-                         "UNREAD")
+                         "UNREAD", "DELETE_WAITING")
         }
         self._declared: set[str] = set()
         self._background: set[asyncio.Future[None]] = set()
@@ -310,10 +325,14 @@ class RedisDriver:
             async with asyncio.timeout(timeout_s + self.options.call_timeout_s):
                 await self._waiter.xread({queue: last_id}, block=block_ms, count=1)
 
-    def _message(self, queue: str, entry: list[Any], received_ms: int) -> Message:
+    def _message(self, queue: str, entry: list[Any], received_ms: int,
+                 waiting: bool = False) -> Message:
         raw_id, flat, deliveries = entry
         entry_id = _text(raw_id)
         fields = tuple(zip(flat[::2], flat[1::2], strict=True))
+        token: RedisLease | RedisWaiting = (
+            RedisWaiting(queue, entry_id) if waiting
+            else RedisLease(queue, entry_id, int(deliveries), fields))
         values = dict(fields)
         attributes, defect = _attributes(values.get(METADATA_FIELD))
         body = values.get(DATA_FIELD)
@@ -325,14 +344,16 @@ class RedisDriver:
             id=entry_id, queue=queue, priority=self.context.priority_of(queue),
             body=body or b"", attributes=attributes, attempt=int(deliveries),
             enqueued_ms=int(entry_id.split("-", 1)[0]),
-            lease=Lease(RedisLease(queue, entry_id, int(deliveries), fields),
-                        received_ms + self._lease_ms),
+            lease=Lease(token, received_ms + self._lease_ms),
             content_type=content_type, received_ms=received_ms, defect=defect,
         )
 
     # -- settling --------------------------------------------------------------------------
 
     async def ack(self, message: Message) -> None:
+        if isinstance(waiting := message.lease.token, RedisWaiting):
+            await self._delete_waiting(message, waiting)
+            return
         lease = _lease(message, "ack")
         state = await self._script("ACK", lease.stream, [lease.stream], [
             *self._owner_args(lease), int(self.options.delete_on_ack)])
@@ -344,6 +365,8 @@ class RedisDriver:
 
     async def release(self, message: Message, delay_s: float = 0.0) -> None:
         """Hand the message back unseen: the next delivery has the same attempt number."""
+        if isinstance(message.lease.token, RedisWaiting):
+            return  # never taken: it still waits where it was
         await self._park(message, "release", delay_s, counted=False)
 
     async def _park(self, message: Message, verb: str, delay_s: float, *, counted: bool) -> None:
@@ -465,6 +488,41 @@ class RedisDriver:
                 first_seen_ms=None, last_seen_ms=int(entry_id.split("-", 1)[0])))
         return letters
 
+    async def receive_ids(self, queue: str, ids: Sequence[str]) -> list[Message]:
+        """The chosen entries among those ``browse`` lists (after the group's last-delivered
+        id), read with ``XRANGE`` and taken by nobody: the group's pending list is not
+        touched, since ``XREADGROUP`` could only take the oldest. ``ack`` then deletes the
+        entry (``XDEL``, if the group has still not taken it), ``release`` leaves it. The CLI's
+        ``requeue`` (publish, then ack) works on them unchanged: a requeue cut short between
+        its two steps leaves the message in both streams, never in neither."""
+        group = await self._group_info(queue)
+        last = _entry_order(group["last-delivered-id"])
+        wanted = [i for i in dict.fromkeys(ids) if _ENTRY_ID.match(i) and _entry_order(i) > last]
+        if not wanted:
+            return []
+        with _redis_errors(f"read chosen entries of {queue!r}"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for entry_id in wanted:
+                    pipe.xrange(queue, min=entry_id, max=entry_id, count=1)
+                found = await pipe.execute()
+        received = now_ms()
+        messages = []
+        for entries in found:
+            for raw_id, values in entries:  # values: a dict of bytes (no decode_responses)
+                flat = [item for pair in values.items() for item in pair]
+                messages.append(self._message(queue, [raw_id, flat, 1], received,
+                                              waiting=True))
+        return messages
+
+    async def _delete_waiting(self, message: Message, waiting: RedisWaiting) -> None:
+        deleted = await self._script("DELETE_WAITING", waiting.stream, [waiting.stream],
+                                     [self.options.group, waiting.entry_id])
+        if int(deleted) != 1:
+            message.lease.lost = True
+            raise LeaseLost(
+                f"ack: entry {waiting.entry_id} of {waiting.stream} is gone or was taken by "
+                "the group meanwhile (another requeue or delete got it first)")
+
     async def publish(
         self,
         queue: str,
@@ -530,6 +588,14 @@ def _attributes(raw: bytes | None) -> tuple[dict[str, str], str | None]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         return {}, "stream entry's 'metadata' field is not a JSON object of strings"
     return value, None
+
+
+_ENTRY_ID = re.compile(r"\A\d{1,20}-\d{1,20}\Z")
+
+
+def _entry_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _lease(message: Message, verb: str) -> RedisLease:

@@ -178,3 +178,25 @@ local before = #redis.call('XREVRANGE', stream, last, '-', 'COUNT', cap)
 if before < cap then return redis.call('XLEN', stream) - before end
 return -1
 """
+
+DELETE_WAITING = _PRELUDE + """
+-- KEYS: stream. ARGV: group, id. Deletes an entry the group has not taken yet (after its
+-- last-delivered id, so in nobody's pending list): how the monitor takes a chosen dead letter
+-- out of the dead-letter stream once it was requeued or deleted. Reply: 1 deleted; 0 gone
+-- already, or taken by the group meanwhile (e.g. `priority-pubsub requeue`): left alone.
+local stream, group, id = KEYS[1], ARGV[1], ARGV[2]
+local function parts(entry_id)
+  local ms, seq = string.match(entry_id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local last = nil
+for _, flat in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  local g = as_map(flat)
+  if g['name'] == group then last = g['last-delivered-id'] end
+end
+if not last then return 0 end
+local ms, seq = parts(id)
+local last_ms, last_seq = parts(last)
+if ms < last_ms or (ms == last_ms and seq <= last_seq) then return 0 end
+return redis.call('XDEL', stream, id)
+"""
