@@ -378,7 +378,8 @@ def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_
     api = publish_api()
     config = dapr_config(tmp_path, resources, app_id, "http://127.0.0.1:1", concurrency=1,
                          app={"push": False}, publish_api=api)
-    sidecar = start_sidecar(tmp_path, config)
+    # provisioning on moto (queue, SNS topic, subscription) is slow on a loaded machine
+    sidecar = start_sidecar(tmp_path, config, ready_timeout_s=60)
     dead_letters = sns.tap("poison")
     high = StreamClient(api["grpc_port"], "orders", "orderpubsub")
     late = StreamClient(api["grpc_port"], "late", "orderpubsub", dead_letter_topic="poison")
@@ -422,7 +423,7 @@ def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_
     api = publish_api()
     config = dapr_config(tmp_path / "unmanaged", unmanaged, app_id, "http://127.0.0.1:1",
                          app={"push": False}, publish_api=api)
-    sidecar = start_sidecar(tmp_path / "unmanaged", config)
+    sidecar = start_sidecar(tmp_path / "unmanaged", config, ready_timeout_s=60)
     try:
         refused = _refused(api["grpc_port"], "absent", "orderpubsub")
         assert refused.code() == grpc.StatusCode.NOT_FOUND, refused
