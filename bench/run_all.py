@@ -450,6 +450,31 @@ def _previous(path: Path) -> dict[str, dict[str, Any]]:
     return {entry["command"]: entry["result"] for entry in json.loads(path.read_text())}
 
 
+def benchmark_of(command: str) -> str:
+    """``latency`` for ``.venv/bin/python -m bench.latency --rounds 3``."""
+    return command.split(" -m bench.", 1)[1].split()[0]
+
+
+def merged_rerun(kept: dict[str, dict[str, Any]], fresh: list[tuple[str, str, dict[str, Any]]],
+                 ) -> list[tuple[str, str, dict[str, Any]]]:
+    """The earlier results in their order, each benchmark run again standing where its
+    earlier results stood (new ones at the end). Every other result is kept with the command
+    line it was run with, even where ``plan`` would now run it otherwise (a server installed
+    since, changed sizes): ``--rerun`` runs only what it names."""
+    again: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+    for entry in fresh:
+        again.setdefault(entry[0], []).append(entry)
+    results: list[tuple[str, str, dict[str, Any]]] = []
+    for command, result in kept.items():
+        name = benchmark_of(command)
+        if name not in again:
+            results.append((name, command, result))
+        elif all(entry[0] != name for entry in results):
+            results += again[name]
+    placed = {entry[0] for entry in results}
+    return results + [entry for entry in fresh if entry[0] not in placed]
+
+
 def render(results: list[tuple[str, str, dict[str, Any]]], started: str, flags: str) -> str:
     machine = machine_info()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
@@ -554,14 +579,14 @@ def main() -> None:
     for name, extra in plan(args.big, not args.no_cloud, args.quick):
         if args.only and name not in args.only:
             continue
-        shown = shown_command(name, extra)
-        if args.rerun and name not in args.rerun and shown in kept:
-            results.append((name, shown, kept[shown]))
-            continue
+        if args.rerun and name not in args.rerun:
+            continue  # kept below, as it was run
         command, result = run(name, extra)
         if args.rerun:
             result["rerun_at"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
         results.append((name, command, result))
+    if args.rerun:
+        results = merged_rerun(kept, results)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(
         [{"command": c, "result": r} for _, c, r in results], indent=1) + "\n")
