@@ -9,7 +9,18 @@ its lowest queue meanwhile, default per driver) to the no-op app at ``--concurre
 after. Beside each cloud driver, the RSS of a bare Python process that only imports the SDK
 and builds its client: what any process talking to that broker pays before doing anything
 (issue 28's target: the sidecar within 35 MB above it). ``local+publish_api`` is the local
-driver with the publish API on (HTTP and gRPC; not Dapr mode).
+driver with the publish API on (HTTP and gRPC; native mode); ``dapr+publish_api`` is Dapr
+mode with the publish API on: a ``pubsub.redis`` component on a redis-server of its own (the
+component type served without a cloud), three declarative Subscriptions, daprd's flags'
+keys under ``dapr:``.
+
+Where the time to ready goes: for each start, the main thread's time on a CPU and waiting
+for one (the run queue: other processes of a busy machine) from ``/proc/PID/schedstat``;
+what remains of the wall time is time blocked (sleeping, reading files, waiting on a thread
+or a socket, the 10 ms of this benchmark's polling). The package's bytecode is compiled
+before the starts, as the image does (``compileall`` in the Dockerfile): where
+``PYTHONDONTWRITEBYTECODE`` is set (this workplace sets it) every start would otherwise
+compile the sidecar's own ~90 modules from source again.
 
     python -m bench.footprint --starts 3 --driver local --driver redis
 """
@@ -26,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+import yaml
 
 from bench.brokers import Broker, LocalBroker, open_broker, sqs_broker
 from bench.common import (
@@ -41,11 +53,13 @@ from bench.common import (
     temp_dir,
 )
 
-DRIVERS = ("local", "local+publish_api", "sqs", "gcp_pubsub", "azure_servicebus", "redis",
-           "rabbitmq")
-DEFAULT_MESSAGES = {"local": 5000, "local+publish_api": 5000, "sqs": 300, "gcp_pubsub": 1000,
-                    "azure_servicebus": 500, "redis": 2000, "rabbitmq": 1000}
+DRIVERS = ("local", "local+publish_api", "dapr+publish_api", "sqs", "gcp_pubsub",
+           "azure_servicebus", "redis", "rabbitmq")
+DEFAULT_MESSAGES = {"local": 5000, "local+publish_api": 5000, "dapr+publish_api": 2000,
+                    "sqs": 300, "gcp_pubsub": 1000, "azure_servicebus": 500, "redis": 2000,
+                    "rabbitmq": 1000}
 QUEUES = ["high", "normal", "low"]
+DAPR_PUBSUB = "pubsub"
 
 _RSS = "print([int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')][0])"
 BARE_CLIENTS = {
@@ -87,9 +101,26 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def main_thread_sched_s(pid: int) -> tuple[float, float]:
+    """Seconds the process's main thread spent on a CPU and waiting in the run queue for
+    one, so far (/proc/PID/schedstat)."""
+    on_cpu_ns, run_queue_ns, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    return int(on_cpu_ns) / 1e9, int(run_queue_ns) / 1e9
+
+
+def compile_bytecode() -> None:
+    """The package's bytecode written beside its sources (``__pycache__``, ignored by git),
+    as the image precompiles it: what a deployed sidecar loads at start."""
+    package = Path(__file__).resolve().parent.parent / "priority_pubsub"
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
 def open_for(name: str, directory: Path) -> Broker:
     if name.startswith("local"):
         return LocalBroker(directory)
+    if name == "dapr+publish_api":
+        return open_broker("redis", directory)
     return sqs_broker(directory) if name == "sqs" else open_broker(name, directory)
 
 
@@ -97,10 +128,37 @@ def sidecar_config(name: str, directory: Path, broker: Broker, app_url: str,
                    concurrency: int) -> dict[str, Any]:
     config = raw_config(directory, broker.driver_config(), QUEUES, app_url=app_url,
                         concurrency=concurrency)
-    if name == "local+publish_api":
+    if name.endswith("+publish_api"):
         config["publish_api"] = {"host": "127.0.0.1", "http_port": free_port(),
                                  "grpc_port": free_port()}
+    if name.startswith("dapr+"):
+        del config["queues"]
+        config["driver"] = {}  # the component says it
+        config["dapr"] = {"resources_path": str(dapr_resources(directory, broker)),
+                          "app_id": "footprint", "priorities": QUEUES,
+                          "programmatic_subscriptions": False}
     return config
+
+
+def dapr_resources(directory: Path, broker: Broker) -> Path:
+    """A ``pubsub.redis`` component on the benchmark's redis-server and a declarative
+    Subscription per topic (the no-op app serves no ``/dapr/subscribe``)."""
+    resources = directory / "resources"
+    resources.mkdir(exist_ok=True)
+    host = str(broker.driver_config()["url"]).removeprefix("redis://").split("/")[0]
+    documents: list[dict[str, Any]] = [{
+        "apiVersion": "dapr.io/v1alpha1", "kind": "Component",
+        "metadata": {"name": DAPR_PUBSUB},
+        "spec": {"type": "pubsub.redis", "version": "v1",
+                 "metadata": [{"name": "redisHost", "value": host}]},
+    }]
+    documents += [{
+        "apiVersion": "dapr.io/v2alpha1", "kind": "Subscription",
+        "metadata": {"name": f"footprint-{topic}"},
+        "spec": {"pubsubname": DAPR_PUBSUB, "topic": topic, "routes": {"default": "/tasks"}},
+    } for topic in QUEUES]
+    (resources / "pubsub.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    return resources
 
 
 async def measure(name: str, directory: Path, app: AppProcess, args: argparse.Namespace,
@@ -108,13 +166,16 @@ async def measure(name: str, directory: Path, app: AppProcess, args: argparse.Na
     broker = open_for(name, directory)
     try:
         await broker.create(QUEUES)
-        starts, cpu = [], []
+        starts, cpu, run_queue, blocked = [], [], [], []
         for i in range(args.starts):
             config = sidecar_config(name, directory, broker, app.url, args.concurrency)
             sidecar = CliSidecar(directory, config, name=f"{name}-start-{i}")
             try:
                 starts.append(sidecar.wait_ready())
                 cpu.append(proc_cpu_s(sidecar.pid))
+                on_cpu, waiting = main_thread_sched_s(sidecar.pid)
+                run_queue.append(waiting)
+                blocked.append(max(0.0, starts[-1] - on_cpu - waiting))
             finally:
                 sidecar.stop()
         config = sidecar_config(name, directory, broker, app.url, args.concurrency)
@@ -124,7 +185,7 @@ async def measure(name: str, directory: Path, app: AppProcess, args: argparse.Na
             sidecar.wait_ready()
             await asyncio.sleep(2)
             idle = proc_rss_mb(sidecar.pid)
-            peak = await _peak_while_delivering(sidecar, broker, messages, idle)
+            peak, settled = await _peak_while_delivering(sidecar, broker, messages, idle)
             after = proc_rss_mb(sidecar.pid)
         finally:
             sidecar.stop()
@@ -135,32 +196,37 @@ async def measure(name: str, directory: Path, app: AppProcess, args: argparse.Na
         "startup_to_ready_s": [rounded(s, 3) for s in starts],
         "startup_to_ready_median_s": rounded(median(starts), 3),
         "startup_cpu_median_s": rounded(median(cpu), 3),
+        "startup_run_queue_median_s": rounded(median(run_queue), 3),
+        "startup_blocked_median_s": rounded(median(blocked), 3),
         "rss_idle_mb": rounded(idle, 1), "rss_peak_under_load_mb": rounded(peak, 1),
         "rss_after_load_mb": rounded(after, 1),
         "bare_sdk_client_rss_mb": rounded(bare, 1) if bare is not None else None,
         "above_bare_sdk_mb": rounded(idle - bare, 1) if bare is not None else None,
-        "load_messages": messages, "concurrency": args.concurrency,
+        "load_messages": messages, "load_settled": settled, "concurrency": args.concurrency,
     }
 
 
 async def _peak_while_delivering(sidecar: CliSidecar, broker: Broker, messages: int,
-                                 idle: float) -> float:
-    """The highest RSS while ``messages`` are published and delivered (at most 120 s)."""
+                                 idle: float) -> tuple[float, int]:
+    """The highest RSS while ``messages`` are published and delivered (at most 120 s), and
+    how many were settled by then."""
     publishing = asyncio.create_task(broker.preload("low", messages))
-    peak, started = idle, time.monotonic()
+    peak, started, settled = idle, time.monotonic(), 0.0
     try:
         while time.monotonic() - started < 120:
             peak = max(peak, proc_rss_mb(sidecar.pid))
-            if sidecar.metric_sum("priority_pubsub_messages_settled_total") >= messages:
+            settled = sidecar.metric_sum("priority_pubsub_messages_settled_total")
+            if settled >= messages:
                 break
             await asyncio.sleep(0.05)
     finally:
         await publishing
-    return peak
+    return peak, int(settled)
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     drivers: dict[str, Any] = {}
+    compile_bytecode()
     with AppProcess() as app:
         for name in args.driver or DRIVERS:
             with temp_dir(f"footprint-{name}") as directory:
@@ -181,12 +247,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     args = parser.parse_args()
     result = uvloop.run(main_async(args))
-    keys = ["startup_to_ready_median_s", "startup_cpu_median_s", "rss_idle_mb",
-            "rss_peak_under_load_mb", "rss_after_load_mb", "bare_sdk_client_rss_mb",
-            "above_bare_sdk_mb"]
+    keys = ["startup_to_ready_median_s", "startup_cpu_median_s", "startup_run_queue_median_s",
+            "startup_blocked_median_s", "rss_idle_mb", "rss_peak_under_load_mb",
+            "rss_after_load_mb", "bare_sdk_client_rss_mb", "above_bare_sdk_mb"]
     emit("footprint", result,
-         ["driver", "ready s (median)", "CPU s to ready", "RSS idle MB", "RSS peak load MB",
-          "RSS after MB", "bare SDK client MB", "idle - bare MB"],
+         ["driver", "ready s (median)", "CPU s to ready", "run queue s", "blocked s",
+          "RSS idle MB", "RSS peak load MB", "RSS after MB", "bare SDK client MB",
+          "idle - bare MB"],
          [[name, *(values.get(key) for key in keys)]
           for name, values in result["drivers"].items()])
 

@@ -205,9 +205,10 @@ def run(
         streams, api = _publish_api(settings, loaded.plan)
         try:
             async with api:
-                from priority_pubsub.dapr.runtime import report
+                if loaded.plan is not None or loaded.warnings:  # Dapr mode's modules else not
+                    from priority_pubsub.dapr.runtime import report
 
-                report(loaded.plan, loaded.warnings)
+                    report(loaded.plan, loaded.warnings)
                 if not settings.app.push and streams is None:
                     from priority_pubsub.publish_api.server import until_stopped
 

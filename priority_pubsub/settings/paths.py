@@ -46,11 +46,15 @@ def _anchored(value: Any, config_dir: Path) -> Any:
 
 
 def _driver_path_keys(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    """The configured driver's ``Path``-typed options (its own model says which)."""
+    """The configured driver's ``Path``-typed options (its own model says which). In Dapr
+    mode without ``driver.type`` the driver is the component's, not known yet: none (the
+    local driver's model, the default's, would have imported sqlite3 for nothing: 1.1 MB)."""
     driver = raw.get("driver")
-    kind = driver.get("type", "local") if isinstance(driver, dict) else "local"
+    kind = driver.get("type") if isinstance(driver, dict) else None
+    if kind is None and "dapr" in raw:
+        return []
     try:
-        model = driver_options_model(str(kind))
+        model = driver_options_model(str(kind or "local"))
     except ConfigError:
         return []  # reported, with the usual wording, when the config is validated
     return [("driver", name) for name, field in model.model_fields.items()

@@ -6,37 +6,18 @@ this is the one boundary all of them cross (structlog events and stdlib records 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
-from collections.abc import Iterator
 from typing import Any
 
+from priority_pubsub.core.imports import without
 from priority_pubsub.core.redaction import redact
 
-
-@contextlib.contextmanager
-def _rich_hidden() -> Iterator[None]:
-    """Imports in the block see ``rich`` as not installed (unless it is already imported).
-
-    structlog imports rich (and pygments) at its own import when rich is installed, for
-    coloured tracebacks in its console renderer; the sidecar renders JSON lines with
-    ``format_exc_info`` and never uses them, yet that import held ~3.8 MB of every pod's
-    resident set (issue 28; bench/RESULTS.md, "What the resident set is made of"). A ``None``
-    entry in ``sys.modules`` makes ``import rich`` raise ImportError, which structlog takes as
-    "rich not installed"; the entry goes right after, so the CLI's own rich output (tables,
-    ``--help``) imports rich as usual."""
-    if "rich" in sys.modules:
-        yield
-        return
-    sys.modules["rich"] = None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        del sys.modules["rich"]
-
-
-with _rich_hidden():
+# structlog imports rich and pygments when installed, for coloured tracebacks in its console
+# renderer: the sidecar renders JSON lines with ``format_exc_info`` and never uses them, yet
+# they held ~3.8 MB of every pod's resident set (issue 28). The CLI's own rich output (tables,
+# ``--help``) imports rich as usual.
+with without("rich"):
     import structlog
 
 

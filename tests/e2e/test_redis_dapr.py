@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 import redis
+import yaml
 
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.components import ComponentContext
 from priority_pubsub.dapr.redis_kind import RedisStreams, go_duration_s
 from tests.e2e.helpers import assert_each_order_once
+from tests.support.app import RecordingApp
 from tests.support.app_venv import running_app
-from tests.support.dapr_resources import dapr_config, dapr_event
+from tests.support.dapr_resources import dapr_config, dapr_event, subscription_v2, write_resources
 from tests.support.quickstarts import (
     CHECKOUTS,
     FLASK,
@@ -31,7 +33,7 @@ from tests.support.quickstarts import (
     publish_api,
 )
 from tests.support.redis_server import OwnRedis
-from tests.support.sidecar import start_sidecar
+from tests.support.sidecar import SidecarProcess, start_sidecar
 from tests.support.topologies.redis import group_lag
 
 pytestmark = pytest.mark.redis
@@ -104,6 +106,37 @@ def test_quickstart_checkout_publishes_through_the_redis_component(
     assert [set(fields) for _, fields in entries] == [{b"data"}] * ORDERS  # daprd's layout
     event = json.loads(entries[0][1][b"data"])
     assert (event["topic"], event["pubsubname"]) == ("orders", "orderpubsub")
+
+
+def test_dapr_mode_imports_the_components_driver_only(
+    tmp_path: Path, own_redis: OwnRedis, app: RecordingApp
+) -> None:
+    """Issue 28 (memory per pod): a sidecar in Dapr mode on ``pubsub.redis`` imports neither
+    the default local driver (sqlite3: 1.1 MB, when relative driver paths were looked up in
+    its model before the component named the driver) nor OpenTelemetry (redis-py pulls it in
+    when installed; tracing is not configured). ``sys.modules`` is written at exit."""
+    component = yaml.safe_load(QUICKSTART_COMPONENT.replace(
+        "localhost:6379", f"127.0.0.1:{own_redis.port}"))
+    resources = write_resources(tmp_path / "resources", component,
+                                subscription_v2("orders", "orderpubsub", "orders",
+                                                default="/orders"))
+    config = dapr_config(tmp_path, resources, "footprint", app.url, driver={})
+    config["dapr"]["programmatic_subscriptions"] = False
+    hook, dump = tmp_path / "hook", tmp_path / "modules.json"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import atexit, json, sys\n"
+        f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted("
+        "k for k, v in sys.modules.items() if v is not None))))\n")
+    sidecar = SidecarProcess(tmp_path, config, env={"PYTHONPATH": str(hook)})
+    try:
+        sidecar.wait_ready(timeout_s=60)
+    finally:
+        assert sidecar.stop() == 0
+    imported = set(json.loads(dump.read_text()))
+    assert "priority_pubsub.drivers.redis.driver" in imported
+    assert sorted(name for name in imported if name.split(".")[0] in ("sqlite3", "opentelemetry")
+                  or name.startswith("priority_pubsub.drivers.local")) == []
 
 
 def test_component_metadata_maps_onto_the_driver() -> None:

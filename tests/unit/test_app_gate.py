@@ -63,6 +63,40 @@ async def test_nothing_is_received_before_the_first_probe_passes() -> None:
     assert metric(metrics, "priority_pubsub_app_up") == 1
 
 
+@pytest.mark.parametrize("app", [{}, {"health": {"path": "/healthz", "interval_s": 3600}}],
+                         ids=["start gate", "app.health"])
+async def test_the_first_probe_runs_at_once_not_after_an_interval(
+    app: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Time to ready: the app is asked the moment the gate runs; the probe interval only
+    spaces the probes after it (order of events, no wall clock)."""
+    subject, probe, _ = gate(FakeClock(), app=app)
+    events: list[str] = []
+    probed = asyncio.Event()
+    real_sleep = asyncio.sleep
+
+    async def check() -> str | None:
+        events.append("probe")
+        probed.set()
+        return None
+
+    async def sleep(seconds: float, *args: Any) -> Any:
+        events.append(f"sleep {seconds:g}")
+        return await real_sleep(seconds, *args)
+
+    monkeypatch.setattr(probe, "check", check)
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    running = asyncio.create_task(subject.run())
+    try:
+        await asyncio.wait_for(probed.wait(), 30)
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+    assert events[0] == "probe"
+    assert subject.health.up
+
+
 async def test_an_unreachable_delivery_pauses_everything_and_is_returned_uncounted() -> None:
     subject, _, metrics = gate(FakeClock())
     await subject.probe_once()
