@@ -25,6 +25,8 @@ start there (the backlog after it changed); the other tables stay per hour.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -82,14 +84,40 @@ def read_records(
     spark: SparkSession, store: Store, runs_of_hour: dict[str, list[str]], hours: list[int]
 ) -> DataFrame | None:
     """The stored records of ``hours`` (derived, with ``hour_id``); None when there are none."""
-    paths = [
-        store.path("data", run, "records", f"hour_id={h}")
-        for h in hours
-        for run in runs_of_hour.get(str(h), [])
-    ]
-    if not paths:
+    runs = {h: runs_of_hour.get(str(h), []) for h in hours}
+    stored = read_partitions(spark, store, "records", "hour_id", runs, record_struct())
+    return None if stored is None else with_hour_id(stored.select(*REPORT_FIELDS))
+
+
+def read_partitions(
+    spark: SparkSession,
+    store: Store,
+    table: str,
+    column: str,
+    runs_of: Mapping[int, Sequence[str]],
+    schema: StructType | None = None,
+) -> DataFrame | None:
+    """The partitions ``column=<key>`` of ``data/<run>/<table>`` for each key and its runs
+    (``runs_of``), without the partition column; None when there are none.
+
+    One read per run's table directory, its partitions chosen by a filter on the partition
+    column. (Naming each partition's directory made Spark list them in a job of one task
+    per path once there were more than 32: 719 hours cost ~13 s of a 1 M-record rebuild on a
+    busy machine, where the driver lists one directory's partitions in milliseconds.)"""
+    from pyspark.sql import functions as F
+
+    keys_of: dict[str, list[int]] = {}
+    for key, runs in runs_of.items():
+        for run in runs:
+            keys_of.setdefault(run, []).append(int(key))
+    frames = []
+    for run, keys in sorted(keys_of.items()):
+        reader = spark.read if schema is None else spark.read.schema(schema)
+        frame = reader.parquet(store.path("data", run, table))
+        frames.append(frame.where(F.col(column).isin(sorted(keys))).drop(column))
+    if not frames:
         return None
-    return with_hour_id(spark.read.schema(record_struct()).parquet(*paths).select(*REPORT_FIELDS))
+    return functools.reduce(lambda a, b: a.unionByName(b), frames)
 
 
 def summaries_of(spark: SparkSession, store: Store, manifest: Manifest) -> dict[str, DataFrame]:
@@ -256,7 +284,18 @@ def _write_merged(
 ) -> None:
     """Write summary ``name``: the earlier rows ``keep`` selects, and the fresh ones."""
     frame = fresh if earlier is None else earlier.where(keep).unionByName(fresh)
-    frame.coalesce(1).write.parquet(store.path("data", run, "summaries", name))
+    write_one_file(frame, store.path("data", run, "summaries", name))
+
+
+def write_one_file(frame: DataFrame, path: str) -> None:
+    """``frame`` as one Parquet file (a summary: rows grow with hours or minutes, not records).
+
+    ``repartition(1)``, not ``coalesce(1)``: a coalesce reaches back to the last shuffle, so
+    the stage before it (the sweeps' window over every event, or a summary's final
+    aggregation) ran in a single task; the shuffle of the small result costs nothing beside
+    it. (1 M records on a 30-day history: the sweeps' windows were two single-task stages of
+    2 M events each.)"""
+    frame.repartition(1).write.parquet(path)
 
 
 def _write_lifecycle(
@@ -274,14 +313,11 @@ def _write_lifecycle(
     # whole hours (few files per hour, not one per task and hour)
     keyed = new.withColumn("enq_hour", F.floor(F.col("enqueued_ms") / HOUR_MS))
     parts = T.lifecycle_parts(keyed.repartition("enq_hour"))
-    paths = [
-        store.path("data", previous.lifecycle[str(e)], "lifecycle", f"enq_hour={e}")
-        for e in enqueue_hours
-        if str(e) in previous.lifecycle
-    ]
-    if paths:
-        stored = spark.read.parquet(*paths).withColumnRenamed("enq_key", "enq_hour")
-        parts = T.merge_lifecycle(stored.unionByName(parts))
+    runs = {e: [previous.lifecycle[str(e)]] for e in enqueue_hours if str(e) in previous.lifecycle}
+    stored = read_partitions(spark, store, "lifecycle", "enq_hour", runs)
+    if stored is not None:
+        earlier_parts = stored.withColumnRenamed("enq_key", "enq_hour")
+        parts = T.merge_lifecycle(earlier_parts.unionByName(parts))
     path = store.path("data", run, "lifecycle")
     with session_conf(spark, ONE_RECORD_PER_GROUP):
         parts.withColumn("enq_key", F.col("enq_hour")).write.partitionBy("enq_hour").parquet(path)
@@ -323,8 +359,8 @@ def _write_sweeps(
             earlier.get("star_counts") if from_ms is not None else None,
             earlier.get("star_minutes") if from_ms is not None else None,
         )
-        counts.coalesce(1).write.parquet(store.path(*summaries, "star_counts"))
-        minutes.coalesce(1).write.parquet(store.path(*summaries, "star_minutes"))
+        write_one_file(counts, store.path(*summaries, "star_counts"))
+        write_one_file(minutes, store.path(*summaries, "star_minutes"))
 
     def capacity_step() -> None:
         sweep = sweep_minutes(records, priorities, from_ms)
