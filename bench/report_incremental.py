@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             .config("spark.driver.memory", args.driver_memory)
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
-            .config(map=OWN_SESSION)
+            .config(map=dict[str, bool | float | int | str | None](OWN_SESSION))
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")

@@ -96,13 +96,13 @@ def summarize(events: list[dict[str, Any]], top: int = 15) -> dict[str, Any]:
     stages = []
     for stage, t in sorted(tasks.items(), key=lambda kv: -kv[1]["run_s"])[:top]:
         info = stage_info.get(stage, {})
-        wall = None
+        stage_wall: float | None = None
         if info.get("Completion Time") and info.get("Submission Time"):
-            wall = (info["Completion Time"] - info["Submission Time"]) / 1000
+            stage_wall = (info["Completion Time"] - info["Submission Time"]) / 1000
         stages.append({
             "stage": stage, "step": step_of_stage.get(stage, "(no step)"),
             "name": info.get("Stage Name", "?"), "tasks": int(t["tasks"]),
-            "wall_s": wall, "run_s": round(t["run_s"], 2), "gc_s": round(t["gc_s"], 2),
+            "wall_s": stage_wall, "run_s": round(t["run_s"], 2), "gc_s": round(t["gc_s"], 2),
             "records_in": int(t["records_in"]), "records_out": int(t["records_out"]),
             "shuffle_write_mb": round(t["shuffle_write_mb"], 1),
             "spill_mb": round(t["spill_mb"], 1),
