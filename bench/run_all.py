@@ -471,6 +471,12 @@ def _previous(path: Path) -> dict[str, dict[str, Any]]:
     return {entry["command"]: entry["result"] for entry in json.loads(path.read_text())}
 
 
+def _name_of(command: str) -> str:
+    """The benchmark's name in a command ``shown_command`` wrote (``... -m bench.NAME ...``)."""
+    module = command.split()[command.split().index("-m") + 1]
+    return module.removeprefix("bench.")
+
+
 def render(results: list[tuple[str, str, dict[str, Any]]], started: str, flags: str) -> str:
     machine = machine_info()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
@@ -561,6 +567,9 @@ def main() -> None:
     parser.add_argument("--rerun", action="append",
                         help="run only these benchmarks again and keep every other result "
                              "of the existing results.json (marked as re-run in RESULTS.md)")
+    parser.add_argument("--render", action="store_true",
+                        help="run nothing: rewrite RESULTS.md from results.json and the "
+                             "bench.versus documents in bench/versus/")
     parser.add_argument("--out", type=Path,
                         help="directory for RESULTS.md and results.json (default bench/; "
                              "with --quick a temporary one)")
@@ -570,6 +579,12 @@ def main() -> None:
                                           ("--quick", args.quick)) if on)
     flags += "".join(f" --rerun {name}" for name in args.rerun or [])
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    if args.render:
+        previous = _previous(out / "results.json")
+        results = [(_name_of(command), command, r) for command, r in previous.items()]
+        (out / "RESULTS.md").write_text(render(results, started, " --render"))
+        print(f"wrote {out / 'RESULTS.md'}", file=sys.stderr)
+        return
     kept = _previous(out / "results.json") if args.rerun else {}
     results = []
     for name, extra in plan(args.big, not args.no_cloud, args.quick):
