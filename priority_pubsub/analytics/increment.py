@@ -25,6 +25,7 @@ start there (the backlog after it changed); the other tables stay per hour.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from priority_pubsub.analytics.files import JournalFile
 from priority_pubsub.analytics.load import BAD_CLASSES, SAMPLES_PER_CLASS, LineCounts, load
 from priority_pubsub.analytics.schema import REPORT_FIELDS, journal_struct
 from priority_pubsub.analytics.starvation import starvation_minutes
-from priority_pubsub.analytics.state import Manifest, Store
+from priority_pubsub.analytics.state import Manifest, Store, is_local
 from priority_pubsub.analytics.tuning import ONE_RECORD_PER_GROUP, Steps, session_conf, side_by_side
 
 if TYPE_CHECKING:
@@ -100,10 +101,9 @@ def read_partitions(
     """The partitions ``column=<key>`` of ``data/<run>/<table>`` for each key and its runs
     (``runs_of``), without the partition column; None when there are none.
 
-    One read per run's table directory, its partitions chosen by a filter on the partition
-    column. (Naming each partition's directory made Spark list them in a job of one task
-    per path once there were more than 32: 719 hours cost ~13 s of a 1 M-record rebuild on a
-    busy machine, where the driver lists one directory's partitions in milliseconds.)"""
+    A few partitions of a run are read by their paths; more (a rebuild's hundreds of hours)
+    by the run's table directory and a filter on the partition column. Either way the
+    files are listed by the driver on a local state (``listed_by_driver``)."""
     from pyspark.sql import functions as F
 
     keys_of: dict[str, list[int]] = {}
@@ -111,13 +111,35 @@ def read_partitions(
         for run in runs:
             keys_of.setdefault(run, []).append(int(key))
     frames = []
-    for run, keys in sorted(keys_of.items()):
-        reader = spark.read if schema is None else spark.read.schema(schema)
-        frame = reader.parquet(store.path("data", run, table))
-        frames.append(frame.where(F.col(column).isin(sorted(keys))).drop(column))
+    with listed_by_driver(spark, store):
+        for run, keys in sorted(keys_of.items()):
+            reader = spark.read if schema is None else spark.read.schema(schema)
+            if len(keys) <= PATHS_BY_NAME:
+                paths = [store.path("data", run, table, f"{column}={k}") for k in sorted(keys)]
+                frames.append(reader.parquet(*paths))
+                continue
+            frame = reader.parquet(store.path("data", run, table))
+            frames.append(frame.where(F.col(column).isin(sorted(keys))).drop(column))
     if not frames:
         return None
     return functools.reduce(lambda a, b: a.unionByName(b), frames)
+
+
+PATHS_BY_NAME = 32
+"""Up to this many partitions of one run are read by their paths (Spark's own threshold for
+listing paths on the driver, ``spark.sql.sources.parallelPartitionDiscovery.threshold``)."""
+DRIVER_LISTING = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000"}
+
+
+def listed_by_driver(spark: SparkSession, store: Store) -> contextlib.AbstractContextManager[None]:
+    """For reads of a local state: list its files on the driver, however many directories.
+
+    Spark lists more than 32 paths (or a directory of more than 32 partitions) in a job of
+    one task per path, meant for object stores where each listing is a round trip: on a
+    local disk that job cost ~10-20 s of a 1 M-record rebuild on a busy 2-core machine (719
+    hourly partitions, listed twice per read), where the driver lists them in milliseconds.
+    Other file systems keep Spark's parallel listing."""
+    return session_conf(spark, DRIVER_LISTING) if is_local(store.root) else contextlib.nullcontext()
 
 
 def summaries_of(spark: SparkSession, store: Store, manifest: Manifest) -> dict[str, DataFrame]:
@@ -321,7 +343,9 @@ def _write_lifecycle(
     path = store.path("data", run, "lifecycle")
     with session_conf(spark, ONE_RECORD_PER_GROUP):
         parts.withColumn("enq_key", F.col("enq_hour")).write.partitionBy("enq_hour").parquet(path)
-    written = spark.read.parquet(path).drop("enq_hour").withColumnRenamed("enq_key", "enq_hour")
+    with listed_by_driver(spark, store):
+        written = spark.read.parquet(path)
+    written = written.drop("enq_hour").withColumnRenamed("enq_key", "enq_hour")
     view = T.lifecycle_view(written)
     counts = view.groupBy("enq_hour", "priority", "final_outcome", "attempts").agg(
         F.count("*").alias("messages")
