@@ -105,7 +105,10 @@ def bench(spark: SparkSession, n: int, work: Path, rounds: int = 1) -> dict[str,
     generate_s = generate(spark, n, journal)
     size = sum(p.stat().st_size for p in journal.glob("part-*"))
     files = str(journal / "part-*")
-    runs = [run_report(files, str(work / f"report-{n}"), spark=spark) for _ in range(rounds)]
+    runs = [  # each a whole report: a rebuild (the state of the round before is wiped)
+        run_report(files, str(work / f"report-{n}"), spark=spark, full=True)
+        for _ in range(rounds)
+    ]
     for summary in runs:
         assert summary.lines.valid == n, summary.lines
     first, warm = runs[0], median_run(runs[1:], key=lambda s: s.elapsed_s)
@@ -157,12 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--event-log", type=Path, help="keep Spark's event log in this directory")
     parser.add_argument(
         "--incremental", action="store_true",
-        help="the incremental case instead (bench.report_incremental): --new records on top "
-        "of each --history size, a fresh report process per run",
+        help="the incremental case instead (bench.report_incremental and its options: --new "
+        "records on top of each --history size, a fresh report process per run)",
     )  # fmt: skip
-    parser.add_argument("--history", default="1000000,10000000")
-    parser.add_argument("--new", type=int, default=100_000)
-    parser.add_argument("--full-rounds", type=int, default=1, help="full rebuilds per history")
+    argv = sys.argv[1:] if argv is None else argv
+    if "--incremental" in argv:
+        return _incremental(argv)
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -182,8 +185,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if args.incremental:
-        return _incremental(spark, args)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         work = args.keep or Path(tmp)
@@ -216,25 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _incremental(spark: SparkSession, args: argparse.Namespace) -> int:
-    from bench.report_incremental import bench_history
+def _incremental(argv: list[str]) -> int:
+    """``bench.report_incremental`` with the same options (its own sessions and processes)."""
+    from bench.report_incremental import add_arguments, emit_results, run
 
-    results = []
-    with tempfile.TemporaryDirectory(prefix="bench-report-inc-") as tmp:
-        work = args.keep or Path(tmp)
-        for history in (int(s) for s in args.history.split(",")):
-            results.append(
-                bench_history(spark, history, args.new, work, args.rounds, args.full_rounds,
-                              args.driver_memory)
-            )
-    spark.stop()
-    rows = [
-        [r["history"], r["new"], r["full_s"], r["incremental_s"], r["hours_recomputed"],
-         r["duckdb_s"], r["load_average"][0]]
-        for r in results
-    ]  # fmt: skip
-    headers = ["history", "new", "full s", "incremental s", "hours", "duckdb s (new)", "load"]
-    emit("bench_report", {"case": "incremental", "results": results}, headers, rows)
+    parser = argparse.ArgumentParser(description="bench_report --incremental")
+    parser.add_argument("--incremental", action="store_true")
+    add_arguments(parser)
+    emit_results(run(parser.parse_args(argv)), name="bench_report")
     return 0
 
 

@@ -1,24 +1,32 @@
 """The incremental case of ``bench.bench_report``: new records on top of a history.
 
-    python -m bench.bench_report --incremental [--history 1000000,10000000] [--new 100000]
-                                 [--rounds 3] [--full-rounds 1] [--keep DIR]
+    python -m bench.report_incremental [--history 1000000,10000000] [--new 100000]
+                                       [--rounds 3] [--full-rounds 1] [--keep DIR]
+                                       [--event-log DIR]
 
-For each history size, Spark writes a history of that many records spread over 30 days
-(journal files ``journal-hist-<seq>.jsonl``) and ``--new`` records in the hour after it
-(``journal-new-<seq>.jsonl``). Then, each run a fresh ``priority-pubsub report`` process
-(``python -m priority_pubsub.analytics.report``: its own JVM, timed end to end, as an
-operator's hourly run):
+(also ``python -m bench.bench_report --incremental``, same options). For each history size,
+Spark writes a history of that many records spread over 30 days (journal files
+``journal-hist-<seq>.jsonl``) and ``--new`` records in the hour after it
+(``journal-new-<seq>.jsonl``); that session then stops. Then, each run a fresh
+``priority-pubsub report`` process (``python -m priority_pubsub.analytics.report``: its own
+JVM, timed end to end, as an operator's hourly run):
 
 - ``full_s``: the state built from the history alone (``--full``, ``--full-rounds`` runs);
 - ``incremental_s``: the new files on top of that state (a fresh copy of it each round);
 - ``duckdb_s``: DuckDB's core aggregates over the same new files
   (``bench.duckdb_reference``, as many rounds).
 
-Medians of the rounds; the machine's load average is printed beside them.
+Medians of the rounds, each run's step times (``*_steps_s``, from the report's own summary)
+and the machine's load average beside them. ``--event-log DIR`` keeps each report process's
+Spark event log there and adds, per step, the tasks' run time, garbage collection and bytes
+shuffled of the median run (``bench.spark_events``). With ``--keep DIR`` the journals are
+kept, and reused by the next run with the same sizes.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,7 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.common import log
+from bench.common import emit, log
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,74 +71,188 @@ def write_journal(
 
 
 def report_process(
-    journals: str, out: Path, state: Path, full: bool, driver_memory: str = "4g"
-) -> tuple[float, dict[str, Any]]:
-    """One ``priority-pubsub report`` in a fresh process; (wall seconds, its summary). Its
-    JVM gets ``driver_memory`` (as the in-session bench's), through PYSPARK_SUBMIT_ARGS."""
+    journals: str, out: Path, state: Path, full: bool, driver_memory: str = "4g",
+    event_log: Path | None = None,
+) -> tuple[float, dict[str, Any], Path | None]:
+    """One ``priority-pubsub report`` in a fresh process; (wall seconds, its summary, its
+    event log). Its JVM gets ``driver_memory`` (as the in-session bench's), and the event
+    log settings, through PYSPARK_SUBMIT_ARGS."""
     command = [sys.executable, "-m", "priority_pubsub.analytics.report", journals,
                "--out", str(out), "--state", str(state), "--master", "local[2]", "--json",
                *(["--full"] if full else [])]  # fmt: skip
-    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-memory {driver_memory} pyspark-shell"}
+    submit = f"--driver-memory {driver_memory}"
+    before: set[Path] = set()
+    if event_log is not None:
+        event_log.mkdir(parents=True, exist_ok=True)
+        before = set(event_log.iterdir())
+        submit += (f" --conf spark.eventLog.enabled=true"
+                   f" --conf spark.eventLog.dir={event_log.absolute()}")  # fmt: skip
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"}
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     took = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"report failed: {done.stderr[-2000:]}")
-    return took, json.loads(done.stdout)
+    written = sorted(set(event_log.iterdir()) - before) if event_log is not None else []
+    return took, json.loads(done.stdout), written[0] if written else None
+
+
+def generate(spark: SparkSession, history: int, new: int, base: Path) -> float:
+    """Write the history and the new files under ``base`` (kept ones reused); seconds taken."""
+    from bench.bench_report import T0
+
+    done = base / ".generated"
+    if done.exists() and done.read_text() == f"{history} {new}":
+        return 0.0
+    shutil.rmtree(base, ignore_errors=True)
+    started = time.monotonic()
+    span = HISTORY_DAYS * 24 * HOUR_MS - HOUR_MS
+    write_journal(spark, history, T0, span, 0, base / "journals", "hist")
+    write_journal(spark, new, T0 + span, HOUR_MS, history, base / "new", "new")
+    done.write_text(f"{history} {new}")
+    return time.monotonic() - started
+
+
+def _steps_of(log_path: Path | None) -> dict[str, Any] | None:
+    if log_path is None:
+        return None
+    from bench.spark_events import read_events, summarize
+
+    return summarize(read_events(log_path), top=8)
 
 
 def bench_history(
-    spark: SparkSession, history: int, new: int, work: Path, rounds: int, full_rounds: int,
-    driver_memory: str = "4g",
+    history: int, new: int, work: Path, rounds: int, full_rounds: int,
+    driver_memory: str = "4g", event_log: Path | None = None,
 ) -> dict[str, Any]:
-    from bench.bench_report import T0, _reference
+    """The full rebuilds and incremental runs on one generated history (``generate``)."""
+    from bench.bench_report import _reference
 
     base = work / f"history-{history}"
     journals = base / "journals"
-    span = HISTORY_DAYS * 24 * HOUR_MS - HOUR_MS
-    started = time.monotonic()
-    write_journal(spark, history, T0, span, 0, journals, "hist")
-    write_journal(spark, new, T0 + span, HOUR_MS, history, base / "new", "new")
-    generate_s = time.monotonic() - started
+    for path in journals.glob("journal-new-*"):  # a kept directory: the history alone first
+        path.unlink()
     state = base / "state"
     full_runs: list[float] = []
-    full_steps: dict[str, float] = {}
+    full_summaries: list[dict[str, Any]] = []
+    full_logs: list[Path | None] = []
     for _ in range(max(1, full_rounds)):
-        took, summary = report_process(
-            str(journals), base / "out", state, full=True, driver_memory=driver_memory
+        took, summary, log_path = report_process(
+            str(journals), base / "out", state, full=True, driver_memory=driver_memory,
+            event_log=event_log,
         )
         assert summary["lines"]["valid"] == history, summary["lines"]
         full_runs.append(took)
-        full_steps = summary["steps_s"]
+        full_summaries.append(summary)
+        full_logs.append(log_path)
         log(f"{history:,} history, full rebuild: {took:.1f} s")
     for path in (base / "new").iterdir():
         shutil.copy(path, journals / path.name)
-    incremental_runs, summaries = [], []
+    incremental_runs, summaries, logs = [], [], []
     for _ in range(rounds):
         copy = base / "state-copy"
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(state, copy)
-        took, summary = report_process(
-            str(journals), base / "out", copy, full=False, driver_memory=driver_memory
+        took, summary, log_path = report_process(
+            str(journals), base / "out", copy, full=False, driver_memory=driver_memory,
+            event_log=event_log,
         )
         assert summary["records_read"] == new, summary
         incremental_runs.append(took)
         summaries.append(summary)
+        logs.append(log_path)
         log(f"{history:,} history + {new:,} new: {took:.1f} s")
     reference = _reference(str(base / "new" / "journal-new-*.jsonl"), 2, rounds)
-    middle = summaries[incremental_runs.index(statistics.median_low(incremental_runs))]
-    return {
+    middle = incremental_runs.index(statistics.median_low(incremental_runs))
+    full_middle = full_runs.index(statistics.median_low(full_runs))
+    result = {
         "history": history,
         "new": new,
-        "generate_s": round(generate_s, 1),
         "driver_memory": driver_memory,
-        "full_steps_s": full_steps,
         "full_s": round(statistics.median(full_runs), 2),
         "full_rounds_s": [round(x, 2) for x in full_runs],
+        "full_steps_s": full_summaries[full_middle]["steps_s"],
         "incremental_s": round(statistics.median(incremental_runs), 2),
         "incremental_rounds_s": [round(x, 2) for x in incremental_runs],
-        "incremental_steps_s": middle["steps_s"],
-        "hours_recomputed": len(middle["hours_recomputed"]),
+        "incremental_steps_s": summaries[middle]["steps_s"],
+        "hours_recomputed": len(summaries[middle]["hours_recomputed"]),
         "duckdb_s": reference["total_s"] if reference else None,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
+    if event_log is not None:
+        result["full_events"] = _steps_of(full_logs[full_middle])
+        result["incremental_events"] = _steps_of(logs[middle])
+    return result
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Generate every history (one Spark session, stopped before the report processes
+    start), then bench each."""
+    import tempfile
+
+    from pyspark.sql import SparkSession
+
+    from priority_pubsub.analytics.tuning import OWN_SESSION
+
+    histories = [int(s) for s in args.history.split(",")]
+    with contextlib.ExitStack() as stack:
+        work = args.keep or Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="bench-report-inc-")))  # fmt: skip
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("priority-pubsub-bench-journals")
+            .config("spark.driver.memory", args.driver_memory)
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config(map=dict[str, bool | float | int | str | None](OWN_SESSION))
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        generated = {}
+        try:
+            for history in histories:
+                base = work / f"history-{history}"
+                generated[history] = round(generate(spark, history, args.new, base), 1)
+        finally:
+            spark.stop()
+        results = []
+        for history in histories:
+            result = bench_history(history, args.new, work, args.rounds, args.full_rounds,
+                                   args.driver_memory, args.event_log)  # fmt: skip
+            results.append({**result, "generate_s": generated[history]})
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--history", default="1000000,10000000",
+                        help="history sizes (records over 30 days), comma-separated")
+    parser.add_argument("--new", type=int, default=100_000, help="new records (the next hour)")
+    parser.add_argument("--rounds", type=int, default=3, help="incremental runs per history")
+    parser.add_argument("--full-rounds", type=int, default=1, help="full rebuilds per history")
+    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--keep", type=Path,
+                        help="write journals, state and reports here (journals reused)")
+    parser.add_argument("--event-log", type=Path,
+                        help="keep each report process's Spark event log in this directory")
+
+
+def emit_results(results: list[dict[str, Any]], name: str = "report_incremental") -> None:
+    rows = [
+        [r["history"], r["new"], r["full_s"], r["incremental_s"], r["hours_recomputed"],
+         r["duckdb_s"], r["load_average"][0]]
+        for r in results
+    ]  # fmt: skip
+    headers = ["history", "new", "full s", "incremental s", "hours", "duckdb s (new)", "load"]
+    emit(name, {"case": "incremental", "results": results}, headers, rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    emit_results(run(parser.parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,9 +34,12 @@ def run_once(checkout: Path, command: list[str]) -> dict[str, Any]:
 
 
 def pick(document: dict[str, Any], key: str) -> float | None:
-    """The value at dotted ``key`` (None where a run has none)."""
+    """The value at dotted ``key`` (None where a run has none); a number picks a list item."""
     value: Any = document
     for part in key.split("."):
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]  # a list's item by its index: results.0.full_s
+            continue
         if not isinstance(value, dict) or part not in value:
             return None
         value = value[part]
@@ -51,6 +54,8 @@ def main() -> None:
     parser.add_argument("--key", action="append", required=True,
                         help="dotted path of a number in the benchmark's JSON")
     parser.add_argument("--note", default="", help="what is compared (kept in the document)")
+    parser.add_argument("--documents", type=Path,
+                        help="keep each run's whole JSON document here (<side>-<round>.json)")
     parser.add_argument("command", nargs="+", help="module and arguments, after --")
     args = parser.parse_args()
     checkouts = {"base": args.base.resolve(), "head": HERE}
@@ -60,6 +65,10 @@ def main() -> None:
         for side, checkout in checkouts.items():
             log(f"round {round_ + 1}/{args.rounds}: {side} ({checkout}) ...")
             document = run_once(checkout, args.command)
+            if args.documents:
+                args.documents.mkdir(parents=True, exist_ok=True)
+                path = args.documents / f"{side}-{round_ + 1}.json"
+                path.write_text(json.dumps(document, indent=1) + "\n")
             for key in args.key:
                 values[key][side].append(pick(document, key))
     result = {key: {side: {"rounds": got, "median": median_of(got)}

@@ -25,6 +25,9 @@ start there (the backlog after it changed); the other tables stay per hour.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,7 +38,7 @@ from priority_pubsub.analytics.files import JournalFile
 from priority_pubsub.analytics.load import BAD_CLASSES, SAMPLES_PER_CLASS, LineCounts, load
 from priority_pubsub.analytics.schema import REPORT_FIELDS, journal_struct
 from priority_pubsub.analytics.starvation import starvation_minutes
-from priority_pubsub.analytics.state import Manifest, Store
+from priority_pubsub.analytics.state import Manifest, Store, is_local
 from priority_pubsub.analytics.tuning import ONE_RECORD_PER_GROUP, Steps, session_conf, side_by_side
 
 if TYPE_CHECKING:
@@ -82,14 +85,61 @@ def read_records(
     spark: SparkSession, store: Store, runs_of_hour: dict[str, list[str]], hours: list[int]
 ) -> DataFrame | None:
     """The stored records of ``hours`` (derived, with ``hour_id``); None when there are none."""
-    paths = [
-        store.path("data", run, "records", f"hour_id={h}")
-        for h in hours
-        for run in runs_of_hour.get(str(h), [])
-    ]
-    if not paths:
+    runs = {h: runs_of_hour.get(str(h), []) for h in hours}
+    stored = read_partitions(spark, store, "records", "hour_id", runs, record_struct())
+    return None if stored is None else with_hour_id(stored.select(*REPORT_FIELDS))
+
+
+def read_partitions(
+    spark: SparkSession,
+    store: Store,
+    table: str,
+    column: str,
+    runs_of: Mapping[int, Sequence[str]],
+    schema: StructType | None = None,
+) -> DataFrame | None:
+    """The partitions ``column=<key>`` of ``data/<run>/<table>`` for each key and its runs
+    (``runs_of``), without the partition column; None when there are none.
+
+    A few partitions of a run are read by their paths; more (a rebuild's hundreds of hours)
+    by the run's table directory and a filter on the partition column. Either way the
+    files are listed by the driver on a local state (``listed_by_driver``)."""
+    from pyspark.sql import functions as F
+
+    keys_of: dict[str, list[int]] = {}
+    for key, runs in runs_of.items():
+        for run in runs:
+            keys_of.setdefault(run, []).append(int(key))
+    frames = []
+    with listed_by_driver(spark, store):
+        for run, keys in sorted(keys_of.items()):
+            reader = spark.read if schema is None else spark.read.schema(schema)
+            if len(keys) <= PATHS_BY_NAME:
+                paths = [store.path("data", run, table, f"{column}={k}") for k in sorted(keys)]
+                frames.append(reader.parquet(*paths))
+                continue
+            frame = reader.parquet(store.path("data", run, table))
+            frames.append(frame.where(F.col(column).isin(sorted(keys))).drop(column))
+    if not frames:
         return None
-    return with_hour_id(spark.read.schema(record_struct()).parquet(*paths).select(*REPORT_FIELDS))
+    return functools.reduce(lambda a, b: a.unionByName(b), frames)
+
+
+PATHS_BY_NAME = 32
+"""Up to this many partitions of one run are read by their paths (Spark's own threshold for
+listing paths on the driver, ``spark.sql.sources.parallelPartitionDiscovery.threshold``)."""
+DRIVER_LISTING = {"spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000"}
+
+
+def listed_by_driver(spark: SparkSession, store: Store) -> contextlib.AbstractContextManager[None]:
+    """For reads of a local state: list its files on the driver, however many directories.
+
+    Spark lists more than 32 paths (or a directory of more than 32 partitions) in a job of
+    one task per path, meant for object stores where each listing is a round trip: on a
+    local disk that job cost ~10-20 s of a 1 M-record rebuild on a busy 2-core machine (719
+    hourly partitions, listed twice per read), where the driver lists them in milliseconds.
+    Other file systems keep Spark's parallel listing."""
+    return session_conf(spark, DRIVER_LISTING) if is_local(store.root) else contextlib.nullcontext()
 
 
 def summaries_of(spark: SparkSession, store: Store, manifest: Manifest) -> dict[str, DataFrame]:
@@ -256,7 +306,18 @@ def _write_merged(
 ) -> None:
     """Write summary ``name``: the earlier rows ``keep`` selects, and the fresh ones."""
     frame = fresh if earlier is None else earlier.where(keep).unionByName(fresh)
-    frame.coalesce(1).write.parquet(store.path("data", run, "summaries", name))
+    write_one_file(frame, store.path("data", run, "summaries", name))
+
+
+def write_one_file(frame: DataFrame, path: str) -> None:
+    """``frame`` as one Parquet file (a summary: rows grow with hours or minutes, not records).
+
+    ``repartition(1)``, not ``coalesce(1)``: a coalesce reaches back to the last shuffle, so
+    the stage before it (the sweeps' window over every event, or a summary's final
+    aggregation) ran in a single task; the shuffle of the small result costs nothing beside
+    it. (1 M records on a 30-day history: the sweeps' windows were two single-task stages of
+    2 M events each.)"""
+    frame.repartition(1).write.parquet(path)
 
 
 def _write_lifecycle(
@@ -274,18 +335,17 @@ def _write_lifecycle(
     # whole hours (few files per hour, not one per task and hour)
     keyed = new.withColumn("enq_hour", F.floor(F.col("enqueued_ms") / HOUR_MS))
     parts = T.lifecycle_parts(keyed.repartition("enq_hour"))
-    paths = [
-        store.path("data", previous.lifecycle[str(e)], "lifecycle", f"enq_hour={e}")
-        for e in enqueue_hours
-        if str(e) in previous.lifecycle
-    ]
-    if paths:
-        stored = spark.read.parquet(*paths).withColumnRenamed("enq_key", "enq_hour")
-        parts = T.merge_lifecycle(stored.unionByName(parts))
+    runs = {e: [previous.lifecycle[str(e)]] for e in enqueue_hours if str(e) in previous.lifecycle}
+    stored = read_partitions(spark, store, "lifecycle", "enq_hour", runs)
+    if stored is not None:
+        earlier_parts = stored.withColumnRenamed("enq_key", "enq_hour")
+        parts = T.merge_lifecycle(earlier_parts.unionByName(parts))
     path = store.path("data", run, "lifecycle")
     with session_conf(spark, ONE_RECORD_PER_GROUP):
         parts.withColumn("enq_key", F.col("enq_hour")).write.partitionBy("enq_hour").parquet(path)
-    written = spark.read.parquet(path).drop("enq_hour").withColumnRenamed("enq_key", "enq_hour")
+    with listed_by_driver(spark, store):
+        written = spark.read.parquet(path)
+    written = written.drop("enq_hour").withColumnRenamed("enq_key", "enq_hour")
     view = T.lifecycle_view(written)
     counts = view.groupBy("enq_hour", "priority", "final_outcome", "attempts").agg(
         F.count("*").alias("messages")
@@ -323,8 +383,8 @@ def _write_sweeps(
             earlier.get("star_counts") if from_ms is not None else None,
             earlier.get("star_minutes") if from_ms is not None else None,
         )
-        counts.coalesce(1).write.parquet(store.path(*summaries, "star_counts"))
-        minutes.coalesce(1).write.parquet(store.path(*summaries, "star_minutes"))
+        write_one_file(counts, store.path(*summaries, "star_counts"))
+        write_one_file(minutes, store.path(*summaries, "star_minutes"))
 
     def capacity_step() -> None:
         sweep = sweep_minutes(records, priorities, from_ms)

@@ -21,7 +21,7 @@ from priority_pubsub.analytics import histogram
 from priority_pubsub.analytics import tables as T
 from priority_pubsub.analytics.capacity import capacity_from_fine, observed_peak, peaks_from_minutes
 from priority_pubsub.analytics.frames import small_frame
-from priority_pubsub.analytics.increment import summaries_of
+from priority_pubsub.analytics.increment import read_partitions, summaries_of
 from priority_pubsub.analytics.page import PageData
 from priority_pubsub.analytics.schema import OUTCOMES
 from priority_pubsub.analytics.starvation import collect_rows, from_minutes
@@ -114,18 +114,15 @@ def _publish_lifecycle(
 
     target = str(out / "lifecycle")
     chosen = sorted(int(h) for h in manifest.lifecycle) if rebuild else hours
-    paths = [
-        store.path("data", manifest.lifecycle[str(h)], "lifecycle", f"enq_hour={h}")
-        for h in chosen
-        if str(h) in manifest.lifecycle
-    ]
-    if not paths:
+    runs = {h: [manifest.lifecycle[str(h)]] for h in chosen if str(h) in manifest.lifecycle}
+    stored = read_partitions(spark, store, "lifecycle", "enq_hour", runs)
+    if stored is None:
         if rebuild:
             spark.range(0).select(F.lit(None).cast("string").alias("queue")).write.mode(
                 "overwrite"
             ).parquet(target)
         return target
-    parts = spark.read.parquet(*paths).withColumnRenamed("enq_key", "enq_hour")
+    parts = stored.withColumnRenamed("enq_key", "enq_hour")
     view = T.lifecycle_view(parts)
     if rebuild:
         view.write.mode("overwrite").partitionBy("enq_hour").parquet(target)
