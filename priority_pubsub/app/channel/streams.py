@@ -29,14 +29,15 @@ import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from priority_pubsub.app.channel.envelope import EnvelopeError, topic_event_request
 from priority_pubsub.app.request import Prepared
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Outcome
-from priority_pubsub.drivers.base import Driver, DriverOptions, Publisher
+from priority_pubsub.drivers.base import Driver, Publisher
+from priority_pubsub.drivers.dead_letter_topics import DeadLetterTopicDriver
 from priority_pubsub.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
@@ -209,7 +210,7 @@ class StreamChannel:
         return await self._hub.deliver(prepared)
 
 
-class StreamDeadLetters:
+class StreamDeadLetters(DeadLetterTopicDriver):
     """Native mode: the driver, with a stream's dead-letter topic honoured as daprd honours
     it (``sendToDeadLetter``): a message its stream dropped, or out of retries, is published
     unchanged to the queue named by the stream's ``dead_letter_topic`` (topics are queues
@@ -217,54 +218,13 @@ class StreamDeadLetters:
     streams. Every other verb and ability is the wrapped driver's."""
 
     name: ClassVar[str] = "stream-dead-letter-topics"
-    options_model: ClassVar[type[DriverOptions]] = DriverOptions
 
     def __init__(self, driver: Driver, hub: StreamHub) -> None:
-        self._driver = driver
+        super().__init__(driver)
         self._hub = hub
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._driver, name)  # depth, ping, publish, add_queue...: the driver's
-
-    @property
-    def dead_letter_enabled(self) -> bool:
-        return True  # decided per message below
-
-    async def start(self) -> None:
-        await self._driver.start()
-
-    async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
-        return await self._driver.receive(queue, max_messages, wait_s)
-
-    async def ack(self, message: Message) -> None:
-        await self._driver.ack(message)
-
-    async def retry(self, message: Message, delay_s: float) -> None:
-        await self._driver.retry(message, delay_s)
-
-    async def release(self, message: Message, delay_s: float = 0.0) -> None:
-        await self._driver.release(message, delay_s)
-
-    @property
-    def releases_count_as_attempts(self) -> bool:
-        return self._driver.releases_count_as_attempts
-
-    async def extend(self, message: Message, duration_s: float) -> None:
-        await self._driver.extend(message, duration_s)
-
-    async def close(self) -> None:
-        await self._driver.close()
 
     async def drop(self, message: Message, reason: str) -> None:
         await self.dead_letter(message, reason)  # as without streams: where dead letters go
-
-    async def dead_letter(self, message: Message, reason: str) -> None:
-        if await self._to_topic(message, reason):
-            return
-        if self._driver.dead_letter_enabled:
-            await self._driver.dead_letter(message, reason)
-        else:
-            await self._driver.ack(message)  # the journal and the log keep the reason
 
     async def _to_topic(self, message: Message, reason: str) -> bool:
         topic = self._hub.topic_of(message.queue)
