@@ -14,25 +14,34 @@ from priority_pubsub.sidecar import Sidecar
 from tests.support.servers import free_port
 
 
-async def test_start_up_objects_are_frozen_while_running_and_released_at_stop(
-    tmp_path: Path,
-) -> None:
-    settings = validate_config({
+def _local_sidecar(tmp_path: Path) -> Sidecar:
+    """An in-process sidecar on the local driver, its app and ops ports free."""
+    return Sidecar(validate_config({
         "driver": {"type": "local", "path": str(tmp_path / "queues.db")},
         "queues": [{"name": "q"}],
         "app": {"url": f"http://127.0.0.1:{free_port()}"},
         "server": {"host": "127.0.0.1", "port": free_port()},
         "journal": None,
-    })
-    sidecar = Sidecar(settings)
+    }))
+
+
+async def _frozen() -> None:
+    """Wait for the start's freeze (nothing to be told by: it is polled, up to 20 s)."""
+    for _ in range(400):
+        if gc.get_freeze_count() > 0:
+            break
+        await asyncio.sleep(0.05)
+    assert gc.get_freeze_count() > 1000
+
+
+async def test_start_up_objects_are_frozen_while_running_and_released_at_stop(
+    tmp_path: Path,
+) -> None:
+    sidecar = _local_sidecar(tmp_path)
     gc.unfreeze()
     running = asyncio.create_task(sidecar.run(handle_signals=False))
     try:
-        for _ in range(400):  # up to 20 s: nothing to be told by, the start is polled
-            if gc.get_freeze_count() > 0:
-                break
-            await asyncio.sleep(0.05)
-        assert gc.get_freeze_count() > 1000
+        await _frozen()
         assert sidecar.connected
     finally:
         sidecar.request_stop()
@@ -46,25 +55,14 @@ async def test_the_start_walks_no_full_collection_on_its_way_to_ready(
     """A full collection before the freeze found ~20 unreachable objects and cost ~35 ms of
     CPU before ``/readyz`` could answer (issue 28's time to ready): the start freezes
     without one."""
-    settings = validate_config({
-        "driver": {"type": "local", "path": str(tmp_path / "queues.db")},
-        "queues": [{"name": "q"}],
-        "app": {"url": f"http://127.0.0.1:{free_port()}"},
-        "server": {"host": "127.0.0.1", "port": free_port()},
-        "journal": None,
-    })
-    sidecar = Sidecar(settings)
+    sidecar = _local_sidecar(tmp_path)
     collections: list[int] = []
     real_collect = gc.collect
     monkeypatch.setattr(gc, "collect", lambda *args: collections.append(1) or real_collect(*args))
     gc.unfreeze()
     running = asyncio.create_task(sidecar.run(handle_signals=False))
     try:
-        for _ in range(400):  # up to 20 s: nothing to be told by, the start is polled
-            if gc.get_freeze_count() > 0:
-                break
-            await asyncio.sleep(0.05)
-        assert gc.get_freeze_count() > 1000
+        await _frozen()
     finally:
         sidecar.request_stop()
         await running
