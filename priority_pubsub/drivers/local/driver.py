@@ -147,7 +147,8 @@ class LocalDriver:
                 await self._watcher
             self._watcher = None
         if self._started:
-            await asyncio.to_thread(self._db.stop)
+            self._db.close_on_loop()
+            await asyncio.to_thread(self._db.join_thread)
             self._started = False
 
     @property

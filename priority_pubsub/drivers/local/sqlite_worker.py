@@ -18,6 +18,13 @@ answers SQLITE_BUSY at once and the jobs go to the thread, which waits with the 
 connection never checkpoints; the thread checkpoints the WAL every ``_CHECKPOINT_EVERY`` loop
 commits), every commit under ``synchronous: full`` (an fsync each) and jobs not marked short.
 Submission order is kept: while the thread has jobs in hand, new ones queue behind them.
+
+Stopping is two halves: ``close_on_loop`` on the loop's thread, the only thread that ever
+touches the loop's connection, then ``join_thread`` off the loop (it may wait for the thread's
+last batch). Closing the loop's connection from another thread while the loop ran a job on it
+crashed the process inside libsqlite3 (a segfault, seen when publishes were still arriving
+at a driver being closed). Jobs submitted once stopping began fail at once
+(``sqlite3.OperationalError``), where they used to wait for a thread that had gone.
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ class SqliteWorker:
         self._queued = 0
         self._loop_batch: list[_Request] = []
         self._since_checkpoint = 0
+        self._stopping = False
         self.commits = 0
         self.loop_jobs = 0
 
@@ -76,6 +84,7 @@ class SqliteWorker:
         """Open the connection on a new thread; may be called again after it failed (the
         sidecar retries a start while the file cannot be opened)."""
         self._loop = loop
+        self._stopping = False
         self._ready.clear()
         self._open_error = None
         self._thread = threading.Thread(target=self._run, name="sqlite-worker", daemon=True)
@@ -90,6 +99,9 @@ class SqliteWorker:
         right after it (unless the file is locked or the thread has jobs in hand)."""
         assert self._loop is not None, "start() first"
         request = _Request(job, write, self._loop.create_future())
+        if self._stopping:
+            request.future.set_exception(_stopped_error())
+            return request.future
         if (short and self._queued == 0 and self._loop_conn is not None
                 and (self._loop_writes or not write)):
             self._loop_batch.append(request)
@@ -105,15 +117,23 @@ class SqliteWorker:
         result: T = await self.submit(job, write=write, short=short)
         return result
 
-    def stop(self) -> None:
+    def close_on_loop(self) -> None:
+        """The first half of stopping, on the loop's thread: the short jobs of this turn
+        run (or go to the thread), the loop's connection closes, and later jobs are refused.
+        """
         self._run_loop_batch()
+        self._stopping = True
+        if self._loop_conn is not None:
+            self._loop_conn.close()
+            self._loop_conn = None
+
+    def join_thread(self) -> None:
+        """The second half, blocking (off the loop): the thread runs the jobs it was given
+        and closes its connection."""
         if self._thread is not None:
             self._requests.put(None)
             self._thread.join(timeout=10)
             self._thread = None
-        if self._loop_conn is not None:
-            self._loop_conn.close()
-            self._loop_conn = None
 
     def _to_thread(self, requests: list[_Request]) -> None:
         self._queued += len(requests)
@@ -246,6 +266,11 @@ class SqliteWorker:
         for request, value, error in results:
             self._queued -= 1
             _settle(request.future, value, error)
+
+
+def _stopped_error() -> sqlite3.OperationalError:
+    """What a job submitted to a stopping worker fails with."""
+    return sqlite3.OperationalError("the queue file is closed: the driver is stopping")
 
 
 def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
