@@ -80,6 +80,9 @@ class Manifest:
     samples: dict[str, list[str]] = field(default_factory=dict)
     unpublished: list[int] = field(default_factory=list)
     """Enqueue hours whose lifecycle rows are not yet in the output's ``lifecycle/``."""
+    schemas: dict[str, str] = field(default_factory=dict)
+    """Summary table -> its Spark schema (JSON), as ``summaries`` wrote it: read back
+    without a job to infer it (a state written before this field infers them)."""
 
     @property
     def hashes(self) -> set[str]:
