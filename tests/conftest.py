@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 # The shared suites are imported by test modules, not collected: rewrite their asserts too,
@@ -19,3 +21,9 @@ pytest_plugins = [
     "tests.support.topologies.fixtures",
     "tests.chaos.report",  # the accounting summary, printed by the xdist controller too
 ]
+
+# `priority-pubsub report` run as a command would keep a class archive of Spark (~190 MB) in
+# the user's cache and spend ~10 s writing it on its first run: the tests that run it leave
+# it off, but tests/spark/test_report_jvm.py, which gives each of its runs an archive
+# directory of its own.
+os.environ.setdefault("PRIORITY_PUBSUB_REPORT_CLASS_ARCHIVE", "off")

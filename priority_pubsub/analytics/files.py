@@ -146,3 +146,16 @@ def choose(
         known[name] = {"hash": digest, "size": size, "path": path}
         choice.new.append(JournalFile(name, path, size, digest))
     return choice
+
+
+def local_new_bytes(journal_glob: str, known: dict[str, dict[str, Any]]) -> int | None:
+    """Bytes of the closed files a local glob matches that ``known`` does not hold under
+    their name and size: what a run will read, sized before Spark starts (no hashing: a
+    renamed copy counts as new here); None for a glob only Hadoop can list."""
+    if not _local(journal_glob):
+        return None
+    return sum(
+        size
+        for name, _, size in _list_local(journal_glob)
+        if not name.endswith(OPEN_SUFFIX) and int(known.get(name, {}).get("size", -1)) != size
+    )

@@ -25,8 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from priority_pubsub.analytics.capacity import CapacityRow
-from priority_pubsub.analytics.files import FileChoice, choose
+from priority_pubsub.analytics.files import FileChoice, choose, local_new_bytes
 from priority_pubsub.analytics.increment import Increment, line_counts, run_increment
+from priority_pubsub.analytics.jvm import (
+    QUICK_JIT,
+    ClassArchive,
+    class_archive,
+    java_options,
+    jvm_stdout_to_stderr,
+)
 from priority_pubsub.analytics.load import LineCounts
 from priority_pubsub.analytics.page import PageData, render
 from priority_pubsub.analytics.progress import (
@@ -46,6 +53,7 @@ from priority_pubsub.analytics.state import (
     is_local,
     local_lock,
     new_run_id,
+    read_local_manifest,
     remote_lock,
 )
 from priority_pubsub.analytics.tuning import OWN_SESSION, Steps, side_by_side, tune_partitions
@@ -91,6 +99,10 @@ class ReportSummary:
     """The settle hours (UTC, ISO) whose per-hour rows this run recomputed."""
     priorities: list[dict[str, Any]] = field(default_factory=list)
     """Per priority: deliveries, wait p50/p95/p99 and the longest wait (``wait_max_s``)."""
+    jvm: dict[str, str] = field(default_factory=dict)
+    """The JVM this run started (``jvm``): ``jit`` quick or tiered, ``class_archive`` used,
+    writing (for the next run), discarded (it failed to start) or off; {} when the session
+    was given."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -120,10 +132,12 @@ def run_report(
     state_dir: str | None = None,
     full: bool = False,
     progress: Progress | None = None,
+    class_archive: ClassArchive | None = None,
 ) -> ReportSummary:
     """Bring the report up to date with the new journal files. Uses ``spark``, else the
-    active session, else starts one on ``master`` (and stops it at the end). ``out_dir`` is
-    a local directory; ``state_dir`` (default ``<out>/.state``) any Hadoop path. Raises
+    active session, else starts one on ``master`` (and stops it at the end; with
+    ``class_archive``, its JVM uses or writes that archive: ``jvm``). ``out_dir`` is a
+    local directory; ``state_dir`` (default ``<out>/.state``) any Hadoop path. Raises
     ``StateError`` when another run holds the state or it cannot be used as it is."""
     started = time.monotonic()
     since_ms, until_ms = to_epoch_ms(since), to_epoch_ms(until)  # bad text fails before Spark
@@ -135,12 +149,17 @@ def run_report(
         own = spark is None and _active_session() is None
         out.mkdir(parents=True, exist_ok=True)
         with progress.step("start Spark"):
-            session = spark or _active_session() or _start_session(master, out)
+            session = spark or _active_session()
+            jvm: dict[str, str] = {}
+            if session is None:
+                new_bytes = _new_input_bytes(journal_glob, state, full)
+                session, jvm = _start_own_session(master, out, new_bytes, class_archive)
         try:
             store = Store(session, state)
             with contextlib.nullcontext() if is_local(state) else remote_lock(store):
                 run = _Run(session, store, out, progress, (since_ms, until_ms, since, until))
                 summary = run.report(journal_glob, target_wait_s, full)
+                summary.jvm = jvm
         finally:
             if own:
                 session.stop()
@@ -154,20 +173,57 @@ def _active_session() -> SparkSession | None:
     return SparkSession.getActiveSession()
 
 
-def _start_session(master: str, out: Path | None = None) -> SparkSession:
+def _new_input_bytes(journal_glob: str, state: str, full: bool) -> int | None:
+    """What this run will read, sized before its JVM starts (local journals and state
+    only; None otherwise)."""
+    if not is_local(state):
+        return None
+    manifest = None if full else read_local_manifest(state)
+    known = manifest.files if manifest is not None else {}
+    return local_new_bytes(journal_glob, known)
+
+
+def _start_own_session(
+    master: str, out: Path, new_bytes: int | None, archive: ClassArchive | None
+) -> tuple[SparkSession, dict[str, str]]:
+    """``_start_session`` with the JVM options for this input (``jvm``), and what they were;
+    a JVM that fails to start with the class archive is started again without it, and the
+    archive deleted."""
+    base = OWN_SESSION["spark.driver.extraJavaOptions"]
+    jit = "quick" if QUICK_JIT in java_options(base, new_bytes, None) else "tiered"
+    try:
+        session = _start_session(master, out, java_options(base, new_bytes, archive, out))
+    except Exception:
+        if archive is None or archive.used is None:
+            raise
+        archive.discard()
+        session = _start_session(master, out, java_options(base, new_bytes, None, out))
+        return session, {"jit": jit, "class_archive": "discarded"}
+    if archive is None or not archive.writable:
+        return session, {"jit": jit, "class_archive": "off"}
+    return session, {"jit": jit, "class_archive": "writing" if archive.used is None else "used"}
+
+
+def _start_session(
+    master: str, out: Path | None = None, java: str | None = None
+) -> SparkSession:
     from pyspark.sql import SparkSession
 
-    settings: dict[str, bool | float | int | str | None] = dict(OWN_SESSION)  # as pyspark asks
+    own = dict(OWN_SESSION)
+    if java is not None:
+        own["spark.driver.extraJavaOptions"] = java
+    settings: dict[str, bool | float | int | str | None] = dict(own)  # as pyspark asks
     if out is not None:  # Spark's own log into <out>/spark.log, not onto the terminal
-        settings.update(quiet_spark_options(out, OWN_SESSION))
-    return (
-        SparkSession.builder.master(master)
-        .appName("priority-pubsub-report")
-        .config(map=settings)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
+        settings.update(quiet_spark_options(out, own))
+    with jvm_stdout_to_stderr():  # the summary alone on stdout, whatever the JVM prints
+        return (
+            SparkSession.builder.master(master)
+            .appName("priority-pubsub-report")
+            .config(map=settings)
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
 
 
 @dataclass
@@ -362,6 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     as_json = args.json or not sys.stdout.isatty()
     progress = Progress() if as_json or not sys.stderr.isatty() else TerminalProgress()
+    archive = class_archive() if _starts_own_session() else None
     try:
         summary = run_report(
             args.journal_glob,
@@ -373,6 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             state_dir=args.state,
             full=args.full,
             progress=progress,
+            class_archive=archive,
         )
     except StateError as exc:  # another run holds the state, or it must be rebuilt
         print(f"error: {exc}", file=sys.stderr)
@@ -384,8 +442,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: report failed: {_first_line(exc)}", file=sys.stderr)
         return 1
     data = summary.to_dict()
-    print(json.dumps(data, default=str) if as_json else human_summary(data))
+    print(json.dumps(data, default=str) if as_json else human_summary(data), flush=True)
+    if archive is not None and archive.used is None and archive.writable:
+        with progress.step("save Spark's classes for the next run"):
+            archive.finish()
     return 0
+
+
+def _starts_own_session() -> bool:
+    """Whether this process will start Spark's JVM itself (not under ``spark-submit``,
+    whose JVM is already running with its own options)."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
 
 
 def _matches_nothing(journal_glob: str) -> str | None:

@@ -35,7 +35,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -98,6 +98,39 @@ class Manifest:
             raise ValueError("not a manifest")
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def newest_manifest(names: list[str], read: Callable[[str], str | None]) -> Manifest | None:
+    """The newest of the manifests ``names`` (sorted by sequence) that ``read`` returns and
+    that parses; an empty one when there are none, None when none of them can be read."""
+    for name in reversed(names):
+        text = read(name)
+        if text is None:
+            continue
+        try:
+            return Manifest.from_json(text)
+        except (ValueError, TypeError):
+            continue
+    return None if names else Manifest()
+
+
+def read_local_manifest(state_dir: str) -> Manifest | None:
+    """``Store.load_manifest`` of a local state, read without Spark (to size a run before
+    its JVM starts); None when no manifest there can be read."""
+    directory = os.path.join(local_path(state_dir), "manifest")
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    except OSError:
+        names = []
+
+    def read(name: str) -> str | None:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                return handle.read()
+        except OSError:
+            return None
+
+    return newest_manifest(names, read)
 
 
 def new_run_id(seq: int) -> str:
@@ -165,20 +198,13 @@ class Store:
         an empty one for a new state. Manifests none of which can be read are an error,
         never an empty state."""
         names = [n for n in self.names("manifest") if n.endswith(".json")]
-        for name in reversed(names):
-            text = self.read_text(f"manifest/{name}")
-            if text is None:
-                continue
-            try:
-                return Manifest.from_json(text)
-            except (ValueError, TypeError):
-                continue
-        if names:
+        manifest = newest_manifest(names, lambda name: self.read_text(f"manifest/{name}"))
+        if manifest is None:
             raise StateError(
                 f"no manifest in {self.path('manifest')} can be read: rerun with --full to "
                 "rebuild the state"
             )
-        return Manifest()
+        return manifest
 
     def commit(self, manifest: Manifest) -> None:
         """The run's last write: from here on its data is the state."""

@@ -35,6 +35,8 @@ from priority_pubsub.settings.source import environment_overrides, merged, read_
 
 ENV_PREFIX = "PRIORITY_PUBSUB"
 CONFIG_ENV = f"{ENV_PREFIX}_CONFIG"
+REPORT_CLASS_ARCHIVE_ENV = f"{ENV_PREFIX}_REPORT_CLASS_ARCHIVE"
+"""Not a key: the report's class archive (``analytics.jvm``); the sidecar leaves it alone."""
 DEFAULT_CONFIG_PATH = "config.yaml"
 
 
@@ -463,8 +465,8 @@ def _read_config_file(config_path: Path) -> dict[str, Any]:
     if not config_path.is_file():
         raise ConfigError(f"config file not found: {config_path}")
     _refuse_dapr_manifest(config_path)
-    settings = merged(read_yaml_mapping(config_path),
-                      environment_overrides(ENV_PREFIX, skip=(CONFIG_ENV,)))
+    not_keys = (CONFIG_ENV, REPORT_CLASS_ARCHIVE_ENV)
+    settings = merged(read_yaml_mapping(config_path), environment_overrides(ENV_PREFIX, not_keys))
     _secrets_verbatim_from_env(settings)
     anchor_relative_paths(settings, config_path.parent.resolve(), ENV_PREFIX)  # beside the file
     return settings

@@ -31,6 +31,7 @@ def test_environment_overrides_nested_keys(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("PRIORITY_PUBSUB_APP__URL", "http://10.0.0.1:9000/work")
     monkeypatch.setenv("PRIORITY_PUBSUB_APP__API_TOKEN", "s3cret-token")
     monkeypatch.setenv("PRIORITY_PUBSUB_CONFIG", "ignored-as-a-key")
+    monkeypatch.setenv("PRIORITY_PUBSUB_REPORT_CLASS_ARCHIVE", "/cache")  # the report's, no key
     settings = load_config(write(tmp_path, MINIMAL))
     assert settings.concurrency == 8
     assert settings.app.url.get_secret_value() == "http://10.0.0.1:9000/work"
