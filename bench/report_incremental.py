@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.common import emit, log
+from priority_pubsub.analytics.jvm import ARCHIVE_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,11 +73,12 @@ def write_journal(
 
 def report_process(
     journals: str, out: Path, state: Path, full: bool, driver_memory: str = "4g",
-    event_log: Path | None = None,
+    event_log: Path | None = None, class_archive: bool = True,
 ) -> tuple[float, dict[str, Any], Path | None]:
     """One ``priority-pubsub report`` in a fresh process; (wall seconds, its summary, its
     event log). Its JVM gets ``driver_memory`` (as the in-session bench's), and the event
-    log settings, through PYSPARK_SUBMIT_ARGS."""
+    log settings, through PYSPARK_SUBMIT_ARGS; the class archive (``analytics.jvm``) of the
+    user's cache, as an operator's runs have it, unless ``class_archive`` is False."""
     command = [sys.executable, "-m", "priority_pubsub.analytics.report", journals,
                "--out", str(out), "--state", str(state), "--master", "local[2]", "--json",
                *(["--full"] if full else [])]  # fmt: skip
@@ -88,6 +90,8 @@ def report_process(
         submit += (f" --conf spark.eventLog.enabled=true"
                    f" --conf spark.eventLog.dir={event_log.absolute()}")  # fmt: skip
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"}
+    if not class_archive:
+        env[ARCHIVE_ENV] = "off"
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     took = time.monotonic() - started
@@ -149,19 +153,25 @@ def bench_history(
     for path in (base / "new").iterdir():
         shutil.copy(path, journals / path.name)
     incremental_runs, summaries, logs = [], [], []
+    without_archive: list[float] = []
     for _ in range(rounds):
-        copy = base / "state-copy"
-        shutil.rmtree(copy, ignore_errors=True)
-        shutil.copytree(state, copy)
-        took, summary, log_path = report_process(
-            str(journals), base / "out", copy, full=False, driver_memory=driver_memory,
-            event_log=event_log,
-        )
-        assert summary["records_read"] == new, summary
-        incremental_runs.append(took)
-        summaries.append(summary)
-        logs.append(log_path)
-        log(f"{history:,} history + {new:,} new: {took:.1f} s")
+        for archive in (True, False):  # side by side: the class archive's share
+            copy = base / "state-copy"
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(state, copy)
+            took, summary, log_path = report_process(
+                str(journals), base / "out", copy, full=False, driver_memory=driver_memory,
+                event_log=event_log if archive else None, class_archive=archive,
+            )
+            assert summary["records_read"] == new, summary
+            if not archive:
+                without_archive.append(took)
+                log(f"{history:,} history + {new:,} new, no class archive: {took:.1f} s")
+                continue
+            incremental_runs.append(took)
+            summaries.append(summary)
+            logs.append(log_path)
+            log(f"{history:,} history + {new:,} new: {took:.1f} s ({summary['jvm']})")
     reference = _reference(str(base / "new" / "journal-new-*.jsonl"), 2, rounds)
     middle = incremental_runs.index(statistics.median_low(incremental_runs))
     full_middle = full_runs.index(statistics.median_low(full_runs))
@@ -172,9 +182,13 @@ def bench_history(
         "full_s": round(statistics.median(full_runs), 2),
         "full_rounds_s": [round(x, 2) for x in full_runs],
         "full_steps_s": full_summaries[full_middle]["steps_s"],
+        "full_jvm": full_summaries[full_middle]["jvm"],
         "incremental_s": round(statistics.median(incremental_runs), 2),
         "incremental_rounds_s": [round(x, 2) for x in incremental_runs],
         "incremental_steps_s": summaries[middle]["steps_s"],
+        "incremental_jvm": summaries[middle]["jvm"],
+        "incremental_no_archive_s": round(statistics.median(without_archive), 2),
+        "incremental_no_archive_rounds_s": [round(x, 2) for x in without_archive],
         "hours_recomputed": len(summaries[middle]["hours_recomputed"]),
         "duckdb_s": reference["total_s"] if reference else None,
         "load_average": [round(x, 2) for x in os.getloadavg()],
@@ -183,6 +197,17 @@ def bench_history(
         result["full_events"] = _steps_of(full_logs[full_middle])
         result["incremental_events"] = _steps_of(logs[middle])
     return result
+
+
+def warm_up_archive(base: Path, driver_memory: str) -> None:
+    """One untimed run on the new files alone, so the class archive exists before the timed
+    runs (the first run of a machine writes it as its JVM exits: ~10 s more, once)."""
+    scratch = base / "warm-up"
+    shutil.rmtree(scratch, ignore_errors=True)
+    took, summary, _ = report_process(str(base / "new"), scratch / "out", scratch / "state",
+                                      full=True, driver_memory=driver_memory)  # fmt: skip
+    log(f"warm-up run: {took:.1f} s, {summary['jvm']}")
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -216,6 +241,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 generated[history] = round(generate(spark, history, args.new, base), 1)
         finally:
             spark.stop()
+        warm_up_archive(work / f"history-{histories[0]}", args.driver_memory)
         results = []
         for history in histories:
             result = bench_history(history, args.new, work, args.rounds, args.full_rounds,
@@ -239,11 +265,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def emit_results(results: list[dict[str, Any]], name: str = "report_incremental") -> None:
     rows = [
-        [r["history"], r["new"], r["full_s"], r["incremental_s"], r["hours_recomputed"],
-         r["duckdb_s"], r["load_average"][0]]
+        [r["history"], r["new"], r["full_s"], r["incremental_s"], r["incremental_no_archive_s"],
+         r["hours_recomputed"], r["duckdb_s"], r["load_average"][0]]
         for r in results
     ]  # fmt: skip
-    headers = ["history", "new", "full s", "incremental s", "hours", "duckdb s (new)", "load"]
+    headers = ["history", "new", "full s", "incremental s", "incremental s, no class archive",
+               "hours", "duckdb s (new)", "load"]  # fmt: skip
     emit(name, {"case": "incremental", "results": results}, headers, rows)
 
 
