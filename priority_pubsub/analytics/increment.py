@@ -227,13 +227,21 @@ def run_increment(
         try:
             per_hour = span.where(F.col("hour_id").isin(hours)) if old is not None else new
             summaries = Summaries(store, run, summaries_of(spark, store, previous))
-            with steps.step("hours recomputed"):
-                _write_hour_summaries(per_hour, hours, summaries)
-            with steps.step("lifecycle"):
+            with steps.step("lifecycle"):  # alone: it sets a session option for its jobs
                 _write_lifecycle(spark, store, run, new, previous, enqueue_hours, summaries)
-            with steps.step("starvation and capacity minutes"):
-                from_ms = None if sweep_from is None else sweep_from * HOUR_MS
-                _write_sweeps(spark, span, all_priorities, from_ms, summaries)
+            from_ms = None if sweep_from is None else sweep_from * HOUR_MS
+
+            def hours_step() -> None:
+                with steps.step("hours recomputed"):
+                    _write_hour_summaries(per_hour, hours, summaries)
+
+            def sweeps_step() -> None:
+                with steps.step("starvation and capacity minutes"):
+                    _write_sweeps(spark, span, all_priorities, from_ms, summaries)
+
+            # side by side: on 2 cores a small run's jobs leave a core idle while the driver
+            # plans (1 M history, 100 k new, paired fresh runs: 3.3, 3.8 and 3.8 s less)
+            side_by_side(spark, hours_step, sweeps_step)
         finally:
             if old is not None:
                 span.unpersist()

@@ -26,7 +26,7 @@ from priority_pubsub.analytics.page import PageData
 from priority_pubsub.analytics.schema import OUTCOMES
 from priority_pubsub.analytics.starvation import collect_rows, from_minutes
 from priority_pubsub.analytics.state import Manifest, Store
-from priority_pubsub.analytics.tuning import Steps, session_conf
+from priority_pubsub.analytics.tuning import Steps, side_by_side
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 TOP_REASONS = 20
 QUANTILES = (*T.PERCENTILES, 1.0)
 """The percentiles, and the largest value (``*_max_s``)."""
-DYNAMIC = {"spark.sql.sources.partitionOverwriteMode": "dynamic"}
 CAPACITY_SCHEMA = (
     "priority int, deliveries long, arrival_rate_per_s double, mean_service_s double, "
     "offered_load double, cumulative_load double, workers_needed int, "
@@ -61,43 +60,56 @@ def publish(
         page.tables = paths
         return
     rolled = summaries["rollup"]
-    fine = summaries["fine"]
-    with steps.step("table hourly"):
-        paths["hourly"] = _write(T.hourly(rolled.drop("hour_id")), out, "hourly")
-        per_hour = _rows(rolled.where(F.col("level") == T.LEVEL_PRIORITY_HOUR))
-        page.hourly = _hourly_rows(per_hour)
-        page.summary = _priority_rows(per_hour, _quantiles(summaries["hist"], "metric"))
-        page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
-        page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
-    fine_rows = fine.drop("hour_id")
-    with steps.step("table attempts"):
-        paths["attempts"] = _write(T.attempts_distribution(fine_rows, fine_rows), out, "attempts")
-    with steps.step("table dead letters"):
-        dead = T.dead_letters(fine_rows, fine_rows)
-        paths["dead_letters"] = _write(dead, out, "dead_letters")
-        page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
-    with steps.step("table lifecycle"):
-        paths["lifecycle"] = _publish_lifecycle(
-            spark, store, manifest, out, lifecycle_hours, rebuild_lifecycle
-        )
-        page.attempts = _rows(
-            summaries["life_counts"]
-            .groupBy("priority", "final_outcome", "attempts")
-            .agg(F.sum("messages").alias("messages"))
-            .orderBy("priority", "final_outcome", "attempts")
-        )
-        page.in_system = _in_system_rows(summaries["life_hist"])
-    priorities = list(manifest.priorities)
-    with steps.step("table starvation"):
-        table = from_minutes(spark, priorities, summaries["star_minutes"])
-        paths["starvation"] = _write(table, out, "starvation")
-        page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
-    with steps.step("table capacity"):
-        peaks = peaks_from_minutes(summaries["cap_minutes"])
-        page.capacity = capacity_from_fine(fine_rows, page.target_wait_s, peaks)
-        page.observed_peak = observed_peak(peaks)
-        rows = [asdict(c) for c in page.capacity]
-        paths["capacity"] = _write(small_frame(spark, rows, CAPACITY_SCHEMA), out, "capacity")
+    fine_rows = summaries["fine"].drop("hour_id")
+
+    def hourly() -> None:
+        with steps.step("table hourly"):
+            paths["hourly"] = _write(T.hourly(rolled.drop("hour_id")), out, "hourly")
+            per_hour = _rows(rolled.where(F.col("level") == T.LEVEL_PRIORITY_HOUR))
+            page.hourly = _hourly_rows(per_hour)
+            page.summary = _priority_rows(per_hour, _quantiles(summaries["hist"], "metric"))
+            page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
+            page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
+
+    def attempts_and_dead_letters() -> None:
+        with steps.step("table attempts"):
+            attempts = T.attempts_distribution(fine_rows, fine_rows)
+            paths["attempts"] = _write(attempts, out, "attempts")
+        with steps.step("table dead letters"):
+            dead = T.dead_letters(fine_rows, fine_rows)
+            paths["dead_letters"] = _write(dead, out, "dead_letters")
+            page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
+
+    def lifecycle() -> None:
+        with steps.step("table lifecycle"):
+            paths["lifecycle"] = _publish_lifecycle(
+                spark, store, manifest, out, lifecycle_hours, rebuild_lifecycle
+            )
+            page.attempts = _rows(
+                summaries["life_counts"]
+                .groupBy("priority", "final_outcome", "attempts")
+                .agg(F.sum("messages").alias("messages"))
+                .orderBy("priority", "final_outcome", "attempts")
+            )
+            page.in_system = _in_system_rows(summaries["life_hist"])
+
+    def starvation_and_capacity() -> None:
+        with steps.step("table starvation"):
+            table = from_minutes(spark, list(manifest.priorities), summaries["star_minutes"])
+            paths["starvation"] = _write(table, out, "starvation")
+            page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
+        with steps.step("table capacity"):
+            peaks = peaks_from_minutes(summaries["cap_minutes"])
+            page.capacity = capacity_from_fine(fine_rows, page.target_wait_s, peaks)
+            page.observed_peak = observed_peak(peaks)
+            rows = [asdict(c) for c in page.capacity]
+            capacity = small_frame(spark, rows, CAPACITY_SCHEMA)
+            paths["capacity"] = _write(capacity, out, "capacity")
+
+    # independent small jobs, each mostly the driver's planning: side by side they fill each
+    # other's gaps (1 M history, 100 k new, paired runs: 1.8, 1.9 and 0.6 s less). Only the
+    # lifecycle's read sets a session option (its listing on the driver: speed, not results)
+    side_by_side(spark, hourly, attempts_and_dead_letters, lifecycle, starvation_and_capacity)
     page.tables = paths
 
 
@@ -126,9 +138,9 @@ def _publish_lifecycle(
     view = T.lifecycle_view(parts)
     if rebuild:
         view.write.mode("overwrite").partitionBy("enq_hour").parquet(target)
-    else:
-        with session_conf(spark, DYNAMIC):
-            view.write.mode("overwrite").partitionBy("enq_hour").parquet(target)
+    else:  # the writer's option, not the session's: other tables are written meanwhile
+        writer = view.write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
+        writer.partitionBy("enq_hour").parquet(target)
     return target
 
 

@@ -88,7 +88,9 @@ class ReportSummary:
     elapsed_s: float = 0.0
     shuffle_partitions: int | None = None
     steps_s: dict[str, float] = field(default_factory=dict)
-    """Wall seconds of each step (the Spark jobs of step X are described ``report: X``)."""
+    """Wall seconds of each step (the Spark jobs of step X are described ``report: X``);
+    steps run side by side (the per-hour summaries beside the sweeps, the published tables
+    beside each other) overlap, so they may add up to more than the run."""
     state_dir: str = ""
     full: bool = False
     files: dict[str, int] = field(default_factory=dict)
