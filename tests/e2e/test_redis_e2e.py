@@ -85,8 +85,11 @@ def test_weighted_shares_follow_weights_under_saturation(
     config = topology_config(topo, tmp_path, app.url, names, concurrency=4,
                              scheduling="weighted", journal=None,
                              log={"level": "warning", "format": "json"})
+    # the picks are random by weight: over 600 deliveries the high share's binomial sd is
+    # 0.02, so 0.05 was 2.5 sd (a CI run saw 0.66, 3 sd off); 0.07 as the RabbitMQ test's.
+    # Strict order (1.0) or equal shares (0.33) still fail by far.
     shares = weighted_shares(tmp_path, app, config, names, deliveries=600, timeout_s=90)
-    assert shares == pytest.approx([0.6, 0.3, 0.1], abs=0.05)
+    assert shares == pytest.approx([0.6, 0.3, 0.1], abs=0.07), shares
     assert all(group_lag(topo.raw, n, topo.raw.xinfo_groups(n)[0]) > 0  # never ran dry
                for n in names)
 
