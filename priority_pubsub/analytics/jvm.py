@@ -72,10 +72,10 @@ class ClassArchive:
         found = None
         with contextlib.suppress(OSError):
             for path in self.directory.glob(f"{self.name}*"):
-                size = path.stat().st_size
-                if path.suffix == ".jsa" and path.stem.rsplit("-", 1)[-1] == str(size):
+                info = path.stat()
+                if path.suffix == ".jsa" and path.stem.rsplit("-", 1)[-1] == str(info.st_size):
                     found = path
-                elif path.suffix == ".jsa" or time.time() - path.stat().st_mtime > STALE_S:
+                elif path.suffix == ".jsa" or time.time() - info.st_mtime > STALE_S:
                     path.unlink()
         return found
 
@@ -178,6 +178,12 @@ def jvm_stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+def quick_jit(new_bytes: int | None) -> bool:
+    """Whether a run reading ``new_bytes`` (None: not known before the JVM starts) gets the
+    client compiler only."""
+    return new_bytes is not None and new_bytes <= QUICK_JIT_MAX_BYTES
+
+
 def java_options(
     base: str, new_bytes: int | None, archive: ClassArchive | None, crash_dir: Path | None = None
 ) -> str:
@@ -186,7 +192,7 @@ def java_options(
     JVM's crash report (``hs_err_pid*.log``) in ``crash_dir`` (the output, beside
     ``spark.log``) rather than the working directory."""
     options = [base] if base else []
-    if new_bytes is not None and new_bytes <= QUICK_JIT_MAX_BYTES:
+    if quick_jit(new_bytes):
         options.append(QUICK_JIT)
     if archive is not None:
         options += archive.java_options()

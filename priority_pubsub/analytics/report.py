@@ -28,11 +28,11 @@ from priority_pubsub.analytics.capacity import CapacityRow
 from priority_pubsub.analytics.files import FileChoice, choose, local_new_bytes
 from priority_pubsub.analytics.increment import Increment, line_counts, run_increment
 from priority_pubsub.analytics.jvm import (
-    QUICK_JIT,
     ClassArchive,
     class_archive,
     java_options,
     jvm_stdout_to_stderr,
+    quick_jit,
 )
 from priority_pubsub.analytics.load import LineCounts
 from priority_pubsub.analytics.page import PageData, render
@@ -192,7 +192,7 @@ def _start_own_session(
     a JVM that fails to start with the class archive is started again without it, and the
     archive deleted."""
     base = OWN_SESSION["spark.driver.extraJavaOptions"]
-    jit = "quick" if QUICK_JIT in java_options(base, new_bytes, None) else "tiered"
+    jit = "quick" if quick_jit(new_bytes) else "tiered"
     try:
         session = _start_session(master, out, java_options(base, new_bytes, archive, out))
     except Exception:
