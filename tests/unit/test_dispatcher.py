@@ -310,3 +310,20 @@ async def test_a_queue_added_while_a_take_waits_is_the_lowest_and_taken_once_str
     driver.queues["high"].append("h1")
     got = await dispatcher.take(3, busy=(0, 0, 0, 0))
     assert [m.id for m in got] == ["h1", "x1"]  # the known queue first
+
+
+async def test_a_streamed_take_ends_when_its_waits_end_empty_not_when_a_stream_comes() -> None:
+    """A driver's wait may end before the dispatcher's (SQS's ``messageWaitTimeSeconds`` is
+    1 s in Dapr's component): with streams watched as well, the take must still end when every
+    queue's wait has come back empty, so the next one waits anew. It used to go on waiting for
+    a stream to come or go, and a message published meanwhile sat in its queue."""
+    driver = FakeDriver(("high", "normal", "low"))
+    config = settings()
+    observer = DeliveryObserver(Metrics(), None, driver_type="fake")
+    dispatcher = Dispatcher(config, driver, observer,  # type: ignore[arg-type]
+                            Settler(config, driver, observer),  # type: ignore[arg-type]
+                            idle_wait_s=0.05, consumers=Streams({"high", "normal", "low"}))
+    assert await asyncio.wait_for(dispatcher.take(1, busy=(0, 0, 0)), 2) == []
+    driver.queues["low"].append("l1")
+    got = await asyncio.wait_for(dispatcher.take(1, busy=(0, 0, 0)), 2)
+    assert [m.id for m in got] == ["l1"]
