@@ -67,3 +67,14 @@ def test_the_human_summary_says_what_was_read_the_worst_waits_and_where_the_page
     assert "priority 0: wait p95 250 ms, worst 1.5 s" in text
     assert "priority 1 starved 2 time(s), longest 75.0 s" in text
     assert text.endswith("Report: /tmp/out/report.html (took 12.3 s)")
+
+
+def test_a_small_run_is_an_increment_of_one_journal_file_over_a_few_hours() -> None:
+    """``small_run`` decides whether the summaries end in one task (a coalesce) or in a
+    shuffle to one partition: only an increment of little new data and few hours read."""
+    from priority_pubsub.analytics.increment import SMALL_RUN_BYTES, SMALL_RUN_HOURS, small_run
+
+    assert small_run(SMALL_RUN_BYTES, SMALL_RUN_HOURS, rebuild=False)
+    assert not small_run(SMALL_RUN_BYTES + 1, 1, rebuild=False)  # more than one rotated file
+    assert not small_run(1, SMALL_RUN_HOURS + 1, rebuild=False)  # a late record far back
+    assert not small_run(1, 1, rebuild=True)  # a rebuild reads every hour
