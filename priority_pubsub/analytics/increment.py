@@ -221,20 +221,26 @@ def run_increment(
         increment.hours, increment.enqueue_hours = hours, enqueue_hours
         increment.sweep_from_hour = sweep_from
         new = loaded.valid
-        with steps.step("append records"):
-            stored = new.select(*REPORT_FIELDS, F.col("hour_id").alias("hour_key"), "hour_id")
-            stored.write.partitionBy("hour_id").parquet(store.path("data", run, "records"))
+
+        def append_step() -> None:
+            with steps.step("append records"):
+                stored = new.select(*REPORT_FIELDS, F.col("hour_id").alias("hour_key"), "hour_id")
+                stored.write.partitionBy("hour_id").parquet(store.path("data", run, "records"))
+
         old_hours = [int(h) for h in previous.records if sweep_from is None or int(h) >= sweep_from]
+        small = small_run(sum(f.size for f in files),
+                          len(set(old_hours) | set(hours) | set(enqueue_hours)),
+                          rebuild=sweep_from is None)
         old = read_records(spark, store, previous.records, old_hours)
         span = new if old is None else new.unionByName(old).persist()
         try:
             per_hour = span.where(F.col("hour_id").isin(hours)) if old is not None else new
-            small = small_run(sum(f.size for f in files),
-                              len(set(old_hours) | set(hours) | set(enqueue_hours)),
-                              rebuild=sweep_from is None)
             summaries = Summaries(store, run, summaries_of(spark, store, previous), small)
-            with steps.step("lifecycle"):  # alone: it sets a session option for its jobs
-                _write_lifecycle(spark, store, run, new, previous, enqueue_hours, summaries)
+
+            def lifecycle_step() -> None:
+                with steps.step("lifecycle"):
+                    _write_lifecycle(spark, store, run, new, previous, enqueue_hours, summaries,
+                                     one_record_per_group=not small)
             from_ms = None if sweep_from is None else sweep_from * HOUR_MS
 
             def hours_step() -> None:
@@ -246,8 +252,16 @@ def run_increment(
                     _write_sweeps(spark, span, all_priorities, from_ms, summaries)
 
             # side by side: on 2 cores a small run's jobs leave a core idle while the driver
-            # plans (1 M history, 100 k new, paired fresh runs: 3.3, 3.8 and 3.8 s less)
-            side_by_side(spark, hours_step, sweeps_step)
+            # plans (1 M history, 100 k new, paired fresh runs: 3.3, 3.8 and 3.8 s less for
+            # two steps at once; all four, median 33.0 s against 34.3 s for two). A large
+            # run's lifecycle goes alone: it sets a session option for its jobs
+            # (``ONE_RECORD_PER_GROUP``), which would reach the jobs the others plan
+            if small:
+                side_by_side(spark, append_step, lifecycle_step, hours_step, sweeps_step)
+            else:
+                append_step()
+                lifecycle_step()
+                side_by_side(spark, hours_step, sweeps_step)
         finally:
             if old is not None:
                 span.unpersist()
@@ -378,7 +392,12 @@ def _write_lifecycle(
     previous: Manifest,
     enqueue_hours: list[int],
     summaries: Summaries,
+    one_record_per_group: bool = True,
 ) -> None:
+    """The lifecycle rows of ``enqueue_hours`` and their summaries. ``one_record_per_group``
+    sets ``ONE_RECORD_PER_GROUP`` for the aggregation (a large run: it saves the partial
+    aggregation's hash map of every record); a small run leaves the session alone, so the
+    step can run beside others."""
     from pyspark.sql import functions as F
 
     # one shuffle, by enqueue hour: the aggregation needs no other, and each task writes
@@ -391,7 +410,7 @@ def _write_lifecycle(
         earlier_parts = stored.withColumnRenamed("enq_key", "enq_hour")
         parts = T.merge_lifecycle(earlier_parts.unionByName(parts))
     path = store.path("data", run, "lifecycle")
-    with session_conf(spark, ONE_RECORD_PER_GROUP):
+    with session_conf(spark, ONE_RECORD_PER_GROUP if one_record_per_group else {}):
         parts.withColumn("enq_key", F.col("enq_hour")).write.partitionBy("enq_hour").parquet(path)
     with listed_by_driver(spark, store):
         written = spark.read.parquet(path)
