@@ -255,7 +255,9 @@ def run_increment(
             # plans (1 M history, 100 k new, paired fresh runs: 3.3, 3.8 and 3.8 s less for
             # two steps at once; all four, median 33.0 s against 34.3 s for two). A large
             # run's lifecycle goes alone: it sets a session option for its jobs
-            # (``ONE_RECORD_PER_GROUP``), which would reach the jobs the others plan
+            # (``ONE_RECORD_PER_GROUP``), which would reach the jobs the others plan. (Its
+            # reads' ``listed_by_driver`` is a session option too, of speed only, as beside
+            # the published tables; no other of the four sets one, so none is put back early)
             if small:
                 side_by_side(spark, append_step, lifecycle_step, hours_step, sweeps_step)
             else:

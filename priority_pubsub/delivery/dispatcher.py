@@ -284,7 +284,8 @@ class Dispatcher:
             if consumers_changed is not None:
                 pending.add(consumers_changed)
             # until a wait brings a message, every wait ended (a driver's own long poll may
-            # be shorter than ours: SQS's is 1 s in Dapr's component), or the streams changed
+            # be shorter than ours: SQS's ``wait_time_s``, Dapr's ``messageWaitTimeSeconds``,
+            # can be 1 s), or the streams changed
             while pending and (not tasks or not all(task.done() for task in tasks)):
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED,
                                                    timeout=None if tasks else self._idle_wait_s)

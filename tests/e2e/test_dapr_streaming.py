@@ -392,7 +392,7 @@ def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_
     try:
         wait_until(lambda: _streams_open(api) == 2, 30)
         assert sns.visible(f"{app_id}-late") == 0  # made, empty
-        # quiet for longer than the component's long poll (messageWaitTimeSeconds, 1 s here):
+        # quiet for longer than the driver's long poll (``wait_time_s``, 1 s in dapr_config):
         # the waits came back empty, and the next ones must still take what comes (a take
         # used to wait on for a stream to come or go, and the message sat in its queue)
         time.sleep(2.5)

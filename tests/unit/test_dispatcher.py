@@ -313,10 +313,11 @@ async def test_a_queue_added_while_a_take_waits_is_the_lowest_and_taken_once_str
 
 
 async def test_a_streamed_take_ends_when_its_waits_end_empty_not_when_a_stream_comes() -> None:
-    """A driver's wait may end before the dispatcher's (SQS's ``messageWaitTimeSeconds`` is
-    1 s in Dapr's component): with streams watched as well, the take must still end when every
-    queue's wait has come back empty, so the next one waits anew. It used to go on waiting for
-    a stream to come or go, and a message published meanwhile sat in its queue."""
+    """A driver's wait may end before the dispatcher's (SQS's ``wait_time_s``, Dapr's
+    ``messageWaitTimeSeconds``, can be 1 s): with streams watched as well, the take must
+    still end when every queue's wait has come back empty, so the next one waits anew. It
+    used to go on waiting for a stream to come or go, and a message published meanwhile sat
+    in its queue."""
     driver = FakeDriver(("high", "normal", "low"))
     config = settings()
     observer = DeliveryObserver(Metrics(), None, driver_type="fake")
