@@ -12,11 +12,15 @@ What it writes, all under ``data/<run>/`` of the state (see ``state``):
 - ``summaries/``: per-hour rows of every hour (the touched hours recomputed from their
   records, the others copied from the previous run's summaries): ``rollup`` (per queue and
   per priority, percentiles by ``percentile_approx`` of the hour's records), ``fine``
-  (``tables.fine_groups``: attempts, dead letters and capacity sum them), ``hist``
-  (wait and processing log-scale histograms, ``histogram``), ``life_counts`` and
-  ``life_hist`` per enqueue hour; and per-minute rows of the sweeps (``star_counts``,
-  ``star_minutes``, ``cap_minutes``) recomputed from the first minute a new record has an
-  event in (its enqueue, receive or forward time), from the records settled from then on.
+  (``tables.fine_groups``: attempts, dead letters and capacity sum them), ``life_counts``
+  per enqueue hour; per-minute rows of the sweeps (``star_counts``, ``star_minutes``,
+  ``cap_minutes``) recomputed from the first minute a new record has an event in (its
+  enqueue, receive or forward time), from the records settled from then on; and the sums
+  over every hour of the histograms below (``hist_totals``, ``life_hist_totals``);
+- ``hours/``: the log-scale histograms (``histogram``) of the hours the run recomputed
+  only: ``hist`` (wait and processing time per settle hour) and ``life_hist`` (time in
+  system per enqueue hour). They hold a row per hour, priority and bucket, too many to copy
+  every run (``HOURLY``).
 
 Late and out-of-order records land in their hour: every grouping is by the record's own
 times, never by the file or the run. A record whose enqueue lies far back makes the sweeps
@@ -50,9 +54,19 @@ if TYPE_CHECKING:
 HOUR_MS = T.HOUR_MS
 MINUTE_MS = 60_000
 SUMMARIES = (
-    "rollup", "fine", "hist", "life_counts", "life_hist", "star_counts", "star_minutes",
-    "cap_minutes",
+    "rollup", "fine", "hist_totals", "life_counts", "life_hist_totals", "star_counts",
+    "star_minutes", "cap_minutes",
 )  # fmt: skip
+HOURLY = {"hist": "hour_id", "life_hist": "enq_hour"}
+"""Per-hour summaries kept by hour (``Manifest.summary_hours``), by their hour column.
+
+Why. A histogram has a row per hour, priority and bucket: ~0.9 M rows for a month of 1 M
+records, more for 10 M (more buckets filled per hour). Copied into every run's summaries,
+they made a run's cost grow with the history: one task rewrote them all (~1 s for 1 M) and
+the published tables read them all. Here a run writes the rows of the hours it recomputed,
+the manifest names the run holding each hour's rows, and ``<name>_totals`` keeps the sum
+over every hour (what the published percentiles read): the earlier totals, plus the fresh
+rows, less the rows they replace. Counts, so the totals equal a full run's exactly."""
 LINE_FIELDS = ("valid", "malformed", "unknown_version", "invalid", "out_of_range", "released")
 
 
@@ -166,7 +180,8 @@ def summaries_of(spark: SparkSession, store: Store, manifest: Manifest) -> dict[
 @dataclass
 class Summaries:
     """The summary tables: the previous run's (``earlier``) and this run's, each written as
-    one file under ``data/<run>/summaries/`` with its schema noted for the manifest."""
+    one file under ``data/<run>/summaries/`` with its schema noted for the manifest; and the
+    per-hour ones (``HOURLY``), under ``data/<run>/hours/``."""
 
     store: Store
     run: str
@@ -174,6 +189,9 @@ class Summaries:
     small: bool = False
     """A small run (``small_run``): each summary's last stage is small enough for one task."""
     schemas: dict[str, str] = field(default_factory=dict)
+    hours_held: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per-hour summary -> hour -> the run holding its rows: the previous run's, then, once
+    written (``write_hours``), this run's (``Manifest.summary_hours``)."""
 
     def get(self, name: str) -> DataFrame | None:
         return self.earlier.get(name)
@@ -187,6 +205,55 @@ class Summaries:
             frame = earlier.where(keep).unionByName(fresh)
         self.schemas[name] = frame.schema.json()
         write_one_file(frame, self.store.path("data", self.run, "summaries", name), self.small)
+
+    def write_hours(
+        self, spark: SparkSession, name: str, fresh: DataFrame, hours: list[int], by: list[str]
+    ) -> None:
+        """Per-hour summary ``name`` (``HOURLY``): ``fresh``, the rows of ``hours``, as this
+        run's file, and ``<name>_totals`` (the sums of ``n`` by ``by``) brought up to date."""
+        from pyspark.sql import functions as F
+
+        held = dict(self.hours_held.get(name, {}))
+        replaced = read_hours(
+            spark, self.store, name, {h: held[str(h)] for h in hours if str(h) in held},
+            fresh.schema,
+        )  # fmt: skip
+        path = self.store.path("data", self.run, "hours", name)
+        write_one_file(fresh, path, self.small)
+        written = spark.read.schema(fresh.schema).parquet(path)  # read back, not recomputed
+        parts = [written.groupBy(*by).agg(F.sum("n").alias("n"))]
+        if replaced is not None:
+            parts.append(replaced.groupBy(*by).agg((-F.sum("n")).alias("n")))
+        earlier = self.earlier.get(f"{name}_totals")
+        if earlier is not None:
+            parts.append(earlier)
+        summed = functools.reduce(lambda a, b: a.unionByName(b), parts)
+        totals = summed.groupBy(*by).agg(F.sum("n").alias("n")).where(F.col("n") != 0)
+        self.write(f"{name}_totals", totals)
+        self.hours_held[name] = {**held, **{str(h): self.run for h in hours}}
+
+
+def read_hours(
+    spark: SparkSession,
+    store: Store,
+    name: str,
+    run_of_hour: Mapping[int, str],
+    schema: StructType,
+) -> DataFrame | None:
+    """The rows of per-hour summary ``name`` for each hour, from the run holding it (one
+    file per run, filtered on the hour); None for no hours."""
+    from pyspark.sql import functions as F
+
+    hours_of_run: dict[str, list[int]] = {}
+    for hour, run in run_of_hour.items():
+        hours_of_run.setdefault(run, []).append(int(hour))
+    frames = [
+        spark.read.schema(schema)
+        .parquet(store.path("data", run, "hours", name))
+        .where(F.col(HOURLY[name]).isin(sorted(hours)))
+        for run, hours in sorted(hours_of_run.items())
+    ]
+    return functools.reduce(lambda a, b: a.unionByName(b), frames) if frames else None
 
 
 def run_increment(
@@ -235,7 +302,8 @@ def run_increment(
         span = new if old is None else new.unionByName(old).persist()
         try:
             per_hour = span.where(F.col("hour_id").isin(hours)) if old is not None else new
-            summaries = Summaries(store, run, summaries_of(spark, store, previous), small)
+            summaries = Summaries(store, run, summaries_of(spark, store, previous), small,
+                                  hours_held=dict(previous.summary_hours))
 
             def lifecycle_step() -> None:
                 with steps.step("lifecycle"):
@@ -245,7 +313,7 @@ def run_increment(
 
             def hours_step() -> None:
                 with steps.step("hours recomputed"):
-                    _write_hour_summaries(per_hour, hours, summaries)
+                    _write_hour_summaries(spark, per_hour, hours, summaries)
 
             def sweeps_step() -> None:
                 with steps.step("starvation and capacity minutes"):
@@ -273,6 +341,7 @@ def run_increment(
             manifest.lifecycle[str(e)] = run
         manifest.summaries = run
         manifest.schemas = dict(summaries.schemas)
+        manifest.summary_hours = {**previous.summary_hours, **summaries.hours_held}
         manifest.priorities = all_priorities
         manifest.unpublished = sorted(set(manifest.unpublished) | set(enqueue_hours))
         return manifest, increment
@@ -342,7 +411,9 @@ def _histograms(records: DataFrame) -> DataFrame:
     )
 
 
-def _write_hour_summaries(records: DataFrame, hours: list[int], summaries: Summaries) -> None:
+def _write_hour_summaries(
+    spark: SparkSession, records: DataFrame, hours: list[int], summaries: Summaries
+) -> None:
     from pyspark.sql import functions as F
 
     hour_id = F.floor(F.unix_seconds(F.col("hour")) / 3600)
@@ -353,10 +424,11 @@ def _write_hour_summaries(records: DataFrame, hours: list[int], summaries: Summa
             "rollup": T.rollup(records, fine.drop("hour_id"), across_hours=False).withColumn(
                 "hour_id", hour_id
             ),
-            "hist": _histograms(records),
         }
         for name, frame in fresh.items():
             summaries.write(name, frame, keep=~F.col("hour_id").isin(hours))
+        by = ["priority", "metric", "bucket"]
+        summaries.write_hours(spark, "hist", _histograms(records), hours, by)
     finally:
         fine.unpersist()
 
@@ -427,9 +499,8 @@ def _write_lifecycle(
         .groupBy("enq_hour", "priority", in_system)
         .agg(F.count("*").alias("n"))
     )
-    keep = ~F.col("enq_hour").isin(enqueue_hours)
-    summaries.write("life_counts", counts, keep)
-    summaries.write("life_hist", hist, keep)
+    summaries.write("life_counts", counts, ~F.col("enq_hour").isin(enqueue_hours))
+    summaries.write_hours(spark, "life_hist", hist, enqueue_hours, ["priority", "bucket"])
 
 
 def _write_sweeps(

@@ -67,7 +67,7 @@ def publish(
             paths["hourly"] = _write(T.hourly(rolled.drop("hour_id")), out, "hourly")
             per_hour = _rows(rolled.where(F.col("level") == T.LEVEL_PRIORITY_HOUR))
             page.hourly = _hourly_rows(per_hour)
-            page.summary = _priority_rows(per_hour, _quantiles(summaries["hist"], "metric"))
+            page.summary = _priority_rows(per_hour, _quantiles(summaries["hist_totals"], "metric"))
             page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
             page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
 
@@ -91,7 +91,7 @@ def publish(
                 .agg(F.sum("messages").alias("messages"))
                 .orderBy("priority", "final_outcome", "attempts")
             )
-            page.in_system = _in_system_rows(summaries["life_hist"])
+            page.in_system = _in_system_rows(summaries["life_hist_totals"])
 
     def starvation_and_capacity() -> None:
         with steps.step("table starvation"):

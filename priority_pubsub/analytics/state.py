@@ -45,8 +45,9 @@ from priority_pubsub.analytics.schema import SCHEMA_VERSION
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-STATE_FORMAT = 1
-"""Version of the state's layout; a state of another format is rebuilt only with ``--full``."""
+STATE_FORMAT = 2
+"""Version of the state's layout; a state of another format is rebuilt only with ``--full``.
+2: the histograms kept by hour (``Manifest.summary_hours``) beside their totals."""
 MANIFESTS_KEPT = 3
 
 
@@ -83,6 +84,9 @@ class Manifest:
     schemas: dict[str, str] = field(default_factory=dict)
     """Summary table -> its Spark schema (JSON), as ``summaries`` wrote it: read back
     without a job to infer it (a state written before this field infers them)."""
+    summary_hours: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per-hour summary (``increment.HOURLY``) -> hour -> the run whose ``hours/<name>``
+    holds that hour's rows."""
 
     @property
     def hashes(self) -> set[str]:
@@ -232,11 +236,17 @@ class Store:
         for hour, run in previous.lifecycle.items():
             if manifest.lifecycle.get(hour) != run and run in live:
                 self.delete(f"data/{run}/lifecycle/enq_hour={hour}")
+        for name, held in previous.summary_hours.items():
+            holding = set(manifest.summary_hours.get(name, {}).values())
+            for run in set(held.values()) - holding:
+                if run in live:
+                    self.delete(f"data/{run}/hours/{name}")
 
 
 def referenced_runs(manifest: Manifest) -> set[str]:
     runs = {r for runs in manifest.records.values() for r in runs}
     runs |= set(manifest.lifecycle.values())
+    runs |= {run for held in manifest.summary_hours.values() for run in held.values()}
     if manifest.summaries:
         runs.add(manifest.summaries)
     return runs

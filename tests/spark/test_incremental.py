@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from priority_pubsub.analytics.increment import SUMMARIES
+from priority_pubsub.analytics.increment import HOURLY, SUMMARIES
 from priority_pubsub.analytics.report import ReportSummary, main, run_report
 from priority_pubsub.analytics.state import Manifest, StateError, local_lock
 from priority_pubsub.telemetry.journal import JournalRecord
@@ -158,6 +158,44 @@ def test_each_summary_is_read_back_with_its_noted_schema_and_an_older_state_stil
     full = run_report(str(incoming), str(tmp_path / "full"), spark=spark, full=True)
     assert_same_summary(last, full)
     assert_same_tables(tables(spark, last), tables(spark, full))
+
+
+def _newest_manifest(state: Path) -> Manifest:
+    return Manifest.from_json(sorted((state / "manifest").glob("*.json"))[-1].read_text())
+
+
+def _per_hour_rows(spark: SparkSession, state: Path, name: str) -> list[tuple[Any, ...]]:
+    """Every hour's rows of per-hour summary ``name``, each from the run the manifest names."""
+    column = HOURLY[name]
+    rows = []
+    for hour, run in _newest_manifest(state).summary_hours[name].items():
+        frame = spark.read.parquet(str(state / "data" / run / "hours" / name))
+        of_hour = frame.where(f"{column} = {hour}").collect()
+        rows += [tuple(sorted(r.asDict().items())) for r in of_hour]
+    return sorted(rows)
+
+
+def _totals(spark: SparkSession, state: Path, name: str) -> list[tuple[Any, ...]]:
+    run = _newest_manifest(state).summaries
+    frame = spark.read.parquet(str(state / "data" / str(run) / "summaries" / f"{name}_totals"))
+    return sorted(tuple(sorted(r.asDict().items())) for r in frame.collect())
+
+
+def test_histograms_are_kept_by_hour_and_their_totals_equal_a_full_runs(
+    spark: SparkSession,
+    fed: tuple[list[JournalRecord], ReportSummary, list[ReportSummary], Path],
+) -> None:
+    """Late files recompute hours an earlier run wrote: the replaced rows leave the totals
+    (exactly: the same sums as one full run), and the files no hour is read from are gone."""
+    _, _, runs, base = fed
+    state, full_state = base / "out" / ".state", base / "full" / ".state"
+    assert "2024-05-01T00:00Z" in runs[0].hours_recomputed + runs[1].hours_recomputed
+    assert "2024-05-01T00:00Z" in runs[2].hours_recomputed  # recomputed: rows replaced
+    for name in HOURLY:
+        assert _per_hour_rows(spark, state, name) == _per_hour_rows(spark, full_state, name)
+        assert _totals(spark, state, name) == _totals(spark, full_state, name)
+        holding = set(_newest_manifest(state).summary_hours[name].values())
+        assert {p.parent.parent.name for p in state.glob(f"data/*/hours/{name}")} == holding
 
 
 def test_late_records_land_in_their_hour_and_counts_are_exact(
