@@ -135,22 +135,31 @@ def sweep_minutes(
 
 
 def peaks_from_minutes(buckets: DataFrame) -> dict[int | None, int]:
-    """Max in flight per scope from ``sweep_minutes`` rows of every minute: each minute's
-    peak plus the level it starts from (a running sum of the nets before it)."""
+    """Max in flight per scope from ``sweep_minutes`` rows (or their ``fold_sweeps`` by
+    hour) of every minute."""
+    peaks = fold_sweeps(buckets).collect()
+    return {r["scope"]: int(r["peak_inside"]) for r in peaks if r["peak_inside"] is not None}
+
+
+def fold_sweeps(buckets: DataFrame, *within: str) -> DataFrame:
+    """``sweep_minutes`` rows folded into one per scope (and ``within`` columns), of the
+    same shape: the peak level inside the group (each minute's peak plus the level it
+    starts from, a running sum of the nets before it in the group) and the net change. A
+    fold of folds is the fold of the minutes: the incremental state keeps one row per hour."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     before = (
-        Window.partitionBy("scope").orderBy("bucket").rowsBetween(Window.unboundedPreceding, -1)
+        Window.partitionBy("scope", *within)
+        .orderBy("bucket")
+        .rowsBetween(Window.unboundedPreceding, -1)
     )
     offset = F.coalesce(F.sum("net").over(before), F.lit(0))
-    peaks = (
+    return (
         buckets.withColumn("peak", offset + F.col("peak_inside"))
-        .groupBy("scope")
-        .agg(F.max("peak").alias("peak"))
-        .collect()
+        .groupBy("scope", *within)
+        .agg(F.max("peak").alias("peak_inside"), F.sum("net").alias("net"))
     )
-    return {r["scope"]: int(r["peak"]) for r in peaks if r["peak"] is not None}
 
 
 def _sweep_events(derived: DataFrame, start: Column) -> DataFrame:

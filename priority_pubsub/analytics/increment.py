@@ -13,10 +13,11 @@ What it writes, all under ``data/<run>/`` of the state (see ``state``):
   records, the others copied from the previous run's summaries): ``rollup`` (per queue and
   per priority, percentiles by ``percentile_approx`` of the hour's records), ``fine``
   (``tables.fine_groups``: attempts, dead letters and capacity sum them), ``life_counts``
-  per enqueue hour; per-minute rows of the sweeps (``star_counts``, ``star_minutes``,
-  ``cap_minutes``) recomputed from the first minute a new record has an event in (its
-  enqueue, receive or forward time), from the records settled from then on; and the sums
-  over every hour of the histograms below (``hist_totals``, ``life_hist_totals``);
+  per enqueue hour; the sweeps' per-minute rows folded by hour (``star_hour_counts``,
+  ``star_hours``, ``cap_hours``: ``starvation.by_hour``), recomputed from the hour of the
+  first event a new record has (its enqueue, receive or forward time), from the records
+  settled from then on; and the sums over every hour of the histograms below
+  (``hist_totals``, ``life_hist_totals``);
 - ``hours/``: the log-scale histograms (``histogram``) of the hours the run recomputed
   only: ``hist`` (wait and processing time per settle hour) and ``life_hist`` (time in
   system per enqueue hour). They hold a row per hour, priority and bucket, too many to copy
@@ -38,12 +39,17 @@ from typing import TYPE_CHECKING
 
 from priority_pubsub.analytics import histogram
 from priority_pubsub.analytics import tables as T
-from priority_pubsub.analytics.capacity import sweep_minutes
+from priority_pubsub.analytics.capacity import fold_sweeps, sweep_minutes
 from priority_pubsub.analytics.files import JournalFile
 from priority_pubsub.analytics.jvm import QUICK_JIT_MAX_BYTES
 from priority_pubsub.analytics.load import BAD_CLASSES, SAMPLES_PER_CLASS, LineCounts, load
 from priority_pubsub.analytics.schema import REPORT_FIELDS, journal_struct
-from priority_pubsub.analytics.starvation import starvation_minutes
+from priority_pubsub.analytics.starvation import (
+    by_hour,
+    fold_counts,
+    fold_minutes,
+    starvation_minutes,
+)
 from priority_pubsub.analytics.state import Manifest, Store, is_local
 from priority_pubsub.analytics.tuning import ONE_RECORD_PER_GROUP, Steps, session_conf, side_by_side
 
@@ -54,8 +60,8 @@ if TYPE_CHECKING:
 HOUR_MS = T.HOUR_MS
 MINUTE_MS = 60_000
 SUMMARIES = (
-    "rollup", "fine", "hist_totals", "life_counts", "life_hist_totals", "star_counts",
-    "star_minutes", "cap_minutes",
+    "rollup", "fine", "hist_totals", "life_counts", "life_hist_totals", "star_hour_counts",
+    "star_hours", "cap_hours",
 )  # fmt: skip
 HOURLY = {"hist": "hour_id", "life_hist": "enq_hour"}
 """Per-hour summaries kept by hour (``Manifest.summary_hours``), by their hour column.
@@ -518,16 +524,16 @@ def _write_sweeps(
             records,
             priorities,
             from_ms,
-            summaries.get("star_counts") if from_ms is not None else None,
-            summaries.get("star_minutes") if from_ms is not None else None,
+            summaries.get("star_hour_counts") if from_ms is not None else None,
+            summaries.get("star_hours") if from_ms is not None else None,
         )
-        summaries.write("star_counts", counts)
-        summaries.write("star_minutes", minutes)
+        summaries.write("star_hour_counts", by_hour(counts, fold_counts))
+        summaries.write("star_hours", by_hour(minutes, fold_minutes))
 
     def capacity_step() -> None:
-        sweep = sweep_minutes(records, priorities, from_ms)
+        sweep = by_hour(sweep_minutes(records, priorities, from_ms), fold_sweeps)
         first_bucket = (from_ms or 0) // MINUTE_MS
         keep = F.col("bucket") < first_bucket if from_ms is not None else None
-        summaries.write("cap_minutes", sweep, keep)
+        summaries.write("cap_hours", sweep, keep)
 
     side_by_side(spark, starvation_step, capacity_step)

@@ -95,11 +95,11 @@ def publish(
 
     def starvation_and_capacity() -> None:
         with steps.step("table starvation"):
-            table = from_minutes(spark, list(manifest.priorities), summaries["star_minutes"])
+            table = from_minutes(spark, list(manifest.priorities), summaries["star_hours"])
             paths["starvation"] = _write(table, out, "starvation")
             page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
         with steps.step("table capacity"):
-            peaks = peaks_from_minutes(summaries["cap_minutes"])
+            peaks = peaks_from_minutes(summaries["cap_hours"])
             page.capacity = capacity_from_fine(fine_rows, page.target_wait_s, peaks)
             page.observed_peak = observed_peak(peaks)
             rows = [asdict(c) for c in page.capacity]

@@ -21,6 +21,7 @@ serving them. Instants are epoch ms; ties order enqueue, then higher-priority re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -96,6 +97,14 @@ def _events(derived: DataFrame, lower: list[int], priorities: list[int]) -> Data
 
 
 STARVATION_BUCKET_MS = 60_000
+COUNTS_SCHEMA = "target int, bucket bigint, net bigint, higher_n bigint"
+"""``minute_counts``' columns."""
+MINUTES_SCHEMA = (
+    "target int, bucket bigint, windows bigint, longest struct<duration_ms: bigint, "
+    "neg_start_ms: bigint, end_ms: bigint, higher: bigint>, last_t bigint, "
+    "last_higher bigint, open_t bigint, open_higher bigint"
+)
+"""``per_minute``'s columns."""
 
 
 def _bucket(column: Column) -> Column:
@@ -216,13 +225,30 @@ def per_minute(events: DataFrame, starts: DataFrame) -> DataFrame:
 
 
 def starvation_rows(minutes: DataFrame) -> DataFrame:
-    """Per target: windows counted and the longest, each minute's opening receive completed
-    with the last anchor of the minutes before (a small frame: one row per minute)."""
+    """Per target: windows counted and the longest (``w``), from ``per_minute`` rows (or
+    their ``fold_minutes`` by hour) of every minute (a small frame: one row per minute)."""
+    from pyspark.sql import functions as F
+
+    return fold_minutes(minutes).select("target", "windows", F.col("longest").alias("w"))
+
+
+def fold_minutes(minutes: DataFrame, *within: str) -> DataFrame:
+    """``per_minute`` rows folded into one row per target (and ``within`` columns) of the
+    same shape: each minute's opening receive completed with the last anchor of the minutes
+    before it in the group, the windows summed, the longest kept; the group's opening
+    receive is the one no minute before it in the group completes.
+
+    Why. The rows of consecutive minutes fold like one longer minute (only the first minute
+    with an anchor can open a window that starts before it: every later minute's opening
+    receive has an anchor before it in the group), so the fold of a fold is the fold of the
+    minutes. The incremental state keeps one row per hour (``HOUR_MINUTES``), not sixty."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     before = (
-        Window.partitionBy("target").orderBy("bucket").rowsBetween(Window.unboundedPreceding, -1)
+        Window.partitionBy("target", *within)
+        .orderBy("bucket")
+        .rowsBetween(Window.unboundedPreceding, -1)
     )
     carried = minutes.withColumn("carry_t", F.max("last_t").over(before)).withColumn(
         "carry_higher", F.max("last_higher").over(before)
@@ -230,9 +256,37 @@ def starvation_rows(minutes: DataFrame) -> DataFrame:
     higher = F.col("open_higher") - F.col("carry_higher")
     completed = F.col("open_t").isNotNull() & F.col("carry_t").isNotNull() & (higher > 0)
     opened = _window(F.col("open_t") - F.col("carry_t"), F.col("carry_t"), F.col("open_t"), higher)
-    return carried.groupBy("target").agg(
+    uncarried = F.col("carry_t").isNull()
+    return carried.groupBy("target", *within).agg(
         (F.sum("windows") + F.sum(completed.cast("long"))).alias("windows"),
-        F.max(F.greatest(F.col("longest"), F.when(completed, opened))).alias("w"),
+        F.max(F.greatest(F.col("longest"), F.when(completed, opened))).alias("longest"),
+        F.max("last_t").alias("last_t"),
+        F.max("last_higher").alias("last_higher"),
+        F.min(F.when(uncarried, F.col("open_t"))).alias("open_t"),
+        F.max(F.when(uncarried, F.col("open_higher"))).alias("open_higher"),
+    )
+
+
+HOUR_MINUTES = 60
+
+
+def by_hour(minutes: DataFrame, fold: Callable[[DataFrame, str], DataFrame]) -> DataFrame:
+    """Per-minute rows (``bucket``: epoch minutes) folded by ``fold`` into one row per hour,
+    whose ``bucket`` is the hour's first minute: they sort, sum and fold among minute rows
+    as the minutes they stand for."""
+    from pyspark.sql import functions as F
+
+    hour = F.floor(F.col("bucket") / HOUR_MINUTES) * HOUR_MINUTES
+    folded = fold(minutes.withColumn("hour_bucket", hour), "hour_bucket")
+    return folded.withColumnRenamed("hour_bucket", "bucket")
+
+
+def fold_counts(counts: DataFrame, *within: str) -> DataFrame:
+    """``minute_counts`` rows summed per target (and ``within`` columns)."""
+    from pyspark.sql import functions as F
+
+    return counts.groupBy("target", *within).agg(
+        F.sum("net").alias("net"), F.sum("higher_n").alias("higher_n")
     )
 
 
@@ -289,15 +343,15 @@ def starvation_minutes(
 ) -> tuple[DataFrame, DataFrame]:
     """(``minute_counts``, ``per_minute``) rows of every minute: those from ``from_ms`` on
     computed from ``derived`` (which must hold every record with an event from there on),
-    the earlier ones taken from ``earlier_*`` (a previous run's rows: an earlier minute's
-    rows depend only on earlier events). Each minute's start values are running sums over
+    the earlier ones taken from ``earlier_*`` (a previous run's rows, per minute or folded
+    by hour (``by_hour``) when ``from_ms`` starts an hour: an earlier minute's rows depend
+    only on earlier events). Each minute's start values are running sums over
     all the minutes' counts, so a run reads only the records from ``from_ms`` on."""
     from pyspark.sql import functions as F
 
     lower, targets = targets_of(spark, priorities)
-    if not lower:
-        empty = small_frame(spark, [], "target int")
-        return empty, empty
+    if not lower:  # one priority: nothing can starve (the frames keep their columns)
+        return small_frame(spark, [], COUNTS_SCHEMA), small_frame(spark, [], MINUTES_SCHEMA)
     counts = minute_counts(derived, targets, lower[0], from_ms)
     events = _events(derived, lower, priorities)
     if from_ms is not None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from priority_pubsub.analytics import capacity as cap
-from priority_pubsub.analytics.starvation import collect_rows, starvation
+from priority_pubsub.analytics.starvation import StarvationRow, collect_rows, starvation
 from priority_pubsub.analytics.tables import fine_groups, with_derived
 from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals
@@ -141,6 +141,41 @@ def test_max_in_flight_matches_a_plain_sweep(spark: SparkSession, tmp_path: Path
     assert cap.max_in_flight(derived, [2, 0, 1]) == peaks  # priorities given, in any order
 
 
+def test_in_flight_folded_by_hour_carries_the_level_across_minutes_and_hours(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The incremental state keeps the sweep's minutes folded by hour, and a later run
+    sweeps from an hour on beside the earlier hours' folds: the peaks of one plain sweep,
+    where the peak needs the level carried in from earlier minutes and hours (attempts of
+    up to 8 minutes, starting over 10; "hours" of two and three minutes here)."""
+    from priority_pubsub.analytics import starvation as module
+
+    rng = random.Random(3)
+    records, intervals = [], []
+    for i in range(300):
+        start = journals.T0 + rng.randint(0, 10 * cap.SWEEP_BUCKET_MS)
+        end = start + rng.randint(0, 8 * cap.SWEEP_BUCKET_MS)
+        priority = rng.randint(0, 2)
+        records.append(journals.record(f"f{i}", priority, start - 5, start, end))
+        intervals.append((priority, start, end))
+    derived = frame(spark, tmp_path, records)
+    want = {s: plain_sweep([(a, b) for p, a, b in intervals if s is None or p == s])
+            for s in (0, 1, 2, None)}  # fmt: skip
+    minutes = cap.sweep_minutes(derived, [0, 1, 2])
+    assert cap.peaks_from_minutes(minutes) == want
+    inside = minutes.groupBy().max("peak_inside").collect()[0][0]
+    assert inside < want[None]  # no minute alone reaches the peak: the carry matters
+    for hour_minutes in (2, 3):
+        monkeypatch.setattr(module, "HOUR_MINUTES", hour_minutes)
+        hours = module.by_hour(minutes, cap.fold_sweeps)
+        assert cap.peaks_from_minutes(hours) == want, hour_minutes
+        assert cap.peaks_from_minutes(module.by_hour(hours, cap.fold_sweeps)) == want
+        from_ms = journals.T0 + 2 * hour_minutes * cap.SWEEP_BUCKET_MS  # an hour boundary
+        later = module.by_hour(cap.sweep_minutes(derived, [0, 1, 2], from_ms), cap.fold_sweeps)
+        earlier = hours.where(hours["bucket"] < from_ms // cap.SWEEP_BUCKET_MS)
+        assert cap.peaks_from_minutes(earlier.unionByName(later)) == want, hour_minutes
+
+
 def plain_sweep(intervals: list[tuple[int, int]]) -> int:
     """Max of [start, end) intervals open at once; an end before a start at one instant."""
     events = sorted([(e, -1) for _, e in intervals] + [(s, 1) for s, _ in intervals])
@@ -183,3 +218,46 @@ def test_starvation_per_minute_equals_one_sweep(
     per_second = collect_rows(starvation(spark, derived))
     assert per_second == one_sweep
     assert any(r.windows > 0 for r in one_sweep)
+
+
+def test_starvation_folded_by_hour_equals_the_minutes_it_folds(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The incremental state keeps the per-minute rows folded by hour, and a later run
+    computes its minutes from an hour on beside the earlier hours' folds: the same windows
+    as the minutes themselves and as one sweep, with windows crossing minute and hour
+    boundaries (minutes of 1 s, hours of 5 s here)."""
+    from priority_pubsub.analytics import starvation as module
+
+    rng = random.Random(11)
+    records = []
+    for i in range(240):  # sparse enough that a backlog often empties inside an hour
+        priority = rng.choice((0, 0, 1, 1, 2))
+        enqueued = journals.T0 + rng.randint(0, 20_000)
+        received = enqueued + rng.choice((0, 5, rng.randint(0, 6_000)))
+        records.append(journals.record(f"h{i}", priority, enqueued, received, received + 50))
+    derived = frame(spark, tmp_path, records)
+    priorities = [0, 1, 2]
+
+    def windows(minutes: DataFrame) -> list[StarvationRow]:
+        return collect_rows(module.from_minutes(spark, priorities, minutes))
+
+    monkeypatch.setattr(module, "STARVATION_BUCKET_MS", 10**15)
+    one_sweep = collect_rows(starvation(spark, derived))
+    monkeypatch.setattr(module, "STARVATION_BUCKET_MS", 1_000)
+    monkeypatch.setattr(module, "HOUR_MINUTES", 5)
+    counts, minutes = module.starvation_minutes(spark, derived, priorities)
+    for computed, declared in ((counts, module.COUNTS_SCHEMA), (minutes, module.MINUTES_SCHEMA)):
+        # the columns one priority's empty frames declare (a state keeps them alike)
+        empty = spark.createDataFrame([], declared)
+        assert computed.schema.simpleString() == empty.schema.simpleString()
+    hours = module.by_hour(minutes, module.fold_minutes)
+    assert windows(minutes) == windows(hours) == one_sweep
+    assert any(r.windows > 1 for r in one_sweep)
+    assert windows(module.by_hour(hours, module.fold_minutes)) == one_sweep  # a fold of folds
+    hour_counts = module.by_hour(counts, module.fold_counts)
+    for from_ms in (journals.T0 + 5_000, journals.T0 + 10_000):  # hour boundaries
+        _, later = module.starvation_minutes(
+            spark, derived, priorities, from_ms, hour_counts, hours
+        )
+        assert windows(module.by_hour(later, module.fold_minutes)) == one_sweep, from_ms
