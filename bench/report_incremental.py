@@ -14,7 +14,11 @@ JVM, timed end to end, as an operator's hourly run):
 - ``full_s``: the state built from the history alone (``--full``, ``--full-rounds`` runs);
 - ``incremental_s``: the new files on top of that state (a fresh copy of it each round);
 - ``duckdb_s``: DuckDB's core aggregates over the same new files
-  (``bench.duckdb_reference``, as many rounds).
+  (``bench.duckdb_reference``, as many rounds);
+- ``one_pass_s``: the report as it was before it became incremental (``--one-pass-commit``,
+  a git worktree of that commit: one pass over every journal file, no state), run on the
+  same history beside each full rebuild, so the rebuild's target (issue 31: <= 1.1x the
+  one-pass report) is a ratio measured side by side, not a figure from another machine.
 
 Medians of the rounds, each run's step times (``*_steps_s``, from the report's own summary)
 and the machine's load average beside them. ``--event-log DIR`` keeps each report process's
@@ -47,6 +51,10 @@ HOUR_MS = 3_600_000
 HISTORY_DAYS = 30
 RECORDS_PER_FILE = 250_000
 """About a 64 MB journal file (the sidecar's default rotation)."""
+ONE_PASS_COMMIT = "1e4ddf1"
+"""The last commit whose report made one pass over every journal file (the parent of the
+incremental report's first commit)."""
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_journal(
@@ -101,6 +109,42 @@ def report_process(
     return took, json.loads(done.stdout), written[0] if written else None
 
 
+def one_pass_tree(commit: str, work: Path, stack: contextlib.ExitStack) -> Path | None:
+    """A git worktree of ``commit`` under ``work``, removed on exit; None (said in the log)
+    when this checkout cannot make one (no git, or a clone without that commit)."""
+    tree = work / "one-pass"
+    if tree.exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                       capture_output=True, check=False)  # fmt: skip
+        shutil.rmtree(tree, ignore_errors=True)
+    made = subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if made.returncode != 0:
+        log(f"no one-pass report to compare with ({commit}): {made.stderr.strip()[:200]}")
+        return None
+    stack.callback(subprocess.run, ["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                    str(tree)], capture_output=True, check=False)  # fmt: skip
+    return tree
+
+
+def one_pass_process(tree: Path, journals: str, out: Path, driver_memory: str) -> float:
+    """The one-pass report of ``tree`` in a fresh process (its own JVM, as
+    ``report_process``); wall seconds. Its summary must count every record as valid."""
+    command = [sys.executable, "-m", "priority_pubsub.analytics.report", journals,
+               "--out", str(out), "--master", "local[2]"]  # fmt: skip
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-memory {driver_memory} pyspark-shell",
+           "PYTHONPATH": str(tree)}  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env,
+                          cwd=tree)  # fmt: skip
+    took = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"one-pass report failed: {done.stderr[-2000:]}")
+    return took
+
+
 def generate(spark: SparkSession, history: int, new: int, base: Path) -> float:
     """Write the history and the new files under ``base`` (kept ones reused); seconds taken."""
     from bench.bench_report import T0
@@ -127,9 +171,10 @@ def _steps_of(log_path: Path | None) -> dict[str, Any] | None:
 
 def bench_history(
     history: int, new: int, work: Path, rounds: int, full_rounds: int,
-    driver_memory: str = "4g", event_log: Path | None = None,
+    driver_memory: str = "4g", event_log: Path | None = None, one_pass: Path | None = None,
 ) -> dict[str, Any]:
-    """The full rebuilds and incremental runs on one generated history (``generate``)."""
+    """The full rebuilds and incremental runs on one generated history (``generate``); with
+    ``one_pass`` (a tree of the one-pass report), that report before each full rebuild."""
     from bench.bench_report import _reference
 
     base = work / f"history-{history}"
@@ -140,7 +185,13 @@ def bench_history(
     full_runs: list[float] = []
     full_summaries: list[dict[str, Any]] = []
     full_logs: list[Path | None] = []
+    one_pass_runs: list[float] = []
     for _ in range(max(1, full_rounds)):
+        if one_pass is not None:
+            one_pass_runs.append(
+                one_pass_process(one_pass, str(journals), base / "out-one-pass", driver_memory)
+            )
+            log(f"{history:,} history, one-pass report: {one_pass_runs[-1]:.1f} s")
         took, summary, log_path = report_process(
             str(journals), base / "out", state, full=True, driver_memory=driver_memory,
             event_log=event_log,
@@ -193,6 +244,10 @@ def bench_history(
         "duckdb_s": reference["total_s"] if reference else None,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
+    if one_pass_runs:
+        result["one_pass_s"] = round(statistics.median(one_pass_runs), 2)
+        result["one_pass_rounds_s"] = [round(x, 2) for x in one_pass_runs]
+        result["full_over_one_pass"] = round(result["full_s"] / result["one_pass_s"], 3)
     if event_log is not None:
         result["full_events"] = _steps_of(full_logs[full_middle])
         result["incremental_events"] = _steps_of(logs[middle])
@@ -242,10 +297,14 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         finally:
             spark.stop()
         warm_up_archive(work / f"history-{histories[0]}", args.driver_memory)
+        one_pass = one_pass_tree(args.one_pass_commit, work, stack) if args.one_pass_commit \
+            else None
         results = []
         for history in histories:
             result = bench_history(history, args.new, work, args.rounds, args.full_rounds,
-                                   args.driver_memory, args.event_log)  # fmt: skip
+                                   args.driver_memory, args.event_log, one_pass)  # fmt: skip
+            if one_pass is not None:
+                result["one_pass_commit"] = args.one_pass_commit
             results.append({**result, "generate_s": generated[history]})
     return results
 
@@ -261,6 +320,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write journals, state and reports here (journals reused)")
     parser.add_argument("--event-log", type=Path,
                         help="keep each report process's Spark event log in this directory")
+    parser.add_argument("--one-pass-commit", default=ONE_PASS_COMMIT,
+                        help="time this commit's one-pass report beside each full rebuild "
+                             "('' to skip)")
 
 
 def emit_results(results: list[dict[str, Any]], name: str = "report_incremental") -> None:
