@@ -129,9 +129,11 @@ def one_pass_tree(commit: str, work: Path, stack: contextlib.ExitStack) -> Path 
     return tree
 
 
-def one_pass_process(tree: Path, journals: str, out: Path, driver_memory: str) -> float:
+def one_pass_process(
+    tree: Path, journals: str, out: Path, driver_memory: str
+) -> tuple[float, dict[str, Any]]:
     """The one-pass report of ``tree`` in a fresh process (its own JVM, as
-    ``report_process``); wall seconds. Its summary must count every record as valid."""
+    ``report_process``); wall seconds and its summary (one JSON document on stdout)."""
     command = [sys.executable, "-m", "priority_pubsub.analytics.report", journals,
                "--out", str(out), "--master", "local[2]"]  # fmt: skip
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-memory {driver_memory} pyspark-shell",
@@ -142,7 +144,7 @@ def one_pass_process(tree: Path, journals: str, out: Path, driver_memory: str) -
     took = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"one-pass report failed: {done.stderr[-2000:]}")
-    return took
+    return took, json.loads(done.stdout)
 
 
 def generate(spark: SparkSession, history: int, new: int, base: Path) -> float:
@@ -188,10 +190,12 @@ def bench_history(
     one_pass_runs: list[float] = []
     for _ in range(max(1, full_rounds)):
         if one_pass is not None:
-            one_pass_runs.append(
-                one_pass_process(one_pass, str(journals), base / "out-one-pass", driver_memory)
+            took, summary = one_pass_process(
+                one_pass, str(journals), base / "out-one-pass", driver_memory
             )
-            log(f"{history:,} history, one-pass report: {one_pass_runs[-1]:.1f} s")
+            assert summary["lines"]["valid"] == history, summary["lines"]  # the same input
+            one_pass_runs.append(took)
+            log(f"{history:,} history, one-pass report: {took:.1f} s")
         took, summary, log_path = report_process(
             str(journals), base / "out", state, full=True, driver_memory=driver_memory,
             event_log=event_log,

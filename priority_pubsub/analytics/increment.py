@@ -142,9 +142,7 @@ def read_partitions(
                 continue
             frame = reader.parquet(store.path("data", run, table))
             frames.append(frame.where(F.col(column).isin(sorted(keys))).drop(column))
-    if not frames:
-        return None
-    return functools.reduce(lambda a, b: a.unionByName(b), frames)
+    return union(frames)
 
 
 PATHS_BY_NAME = 32
@@ -233,7 +231,8 @@ class Summaries:
         earlier = self.earlier.get(f"{name}_totals")
         if earlier is not None:
             parts.append(earlier)
-        summed = functools.reduce(lambda a, b: a.unionByName(b), parts)
+        summed = union(parts)
+        assert summed is not None  # the fresh rows are always there
         totals = summed.groupBy(*by).agg(F.sum("n").alias("n")).where(F.col("n") != 0)
         self.write(f"{name}_totals", totals)
         self.hours_held[name] = {**held, **{str(h): self.run for h in hours}}
@@ -259,6 +258,11 @@ def read_hours(
         .where(F.col(HOURLY[name]).isin(sorted(hours)))
         for run, hours in sorted(hours_of_run.items())
     ]
+    return union(frames)
+
+
+def union(frames: Sequence[DataFrame]) -> DataFrame | None:
+    """The frames' rows, matched by column name; None for no frames."""
     return functools.reduce(lambda a, b: a.unionByName(b), frames) if frames else None
 
 

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 
 STATE_FORMAT = 2
 """Version of the state's layout; a state of another format is rebuilt only with ``--full``.
-2: the histograms kept by hour (``Manifest.summary_hours``) beside their totals."""
+2: the histograms kept by hour (``Manifest.summary_hours``) beside their totals, and the
+starvation and in-flight sweeps folded by hour."""
 MANIFESTS_KEPT = 3
 
 
