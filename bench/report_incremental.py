@@ -100,22 +100,32 @@ def report_process(
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"}
     if not class_archive:
         env[ARCHIVE_ENV] = "off"
+    took, summary = timed_report(command, env, "report")
+    written = sorted(set(event_log.iterdir()) - before) if event_log is not None else []
+    return took, summary, written[0] if written else None
+
+
+def timed_report(
+    command: list[str], env: dict[str, str], what: str, cwd: Path | None = None
+) -> tuple[float, dict[str, Any]]:
+    """Run one report process; its wall seconds and its summary (the JSON document it
+    prints on stdout). A failed run raises with the end of its stderr."""
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env,
+                          cwd=cwd)  # fmt: skip
     took = time.monotonic() - started
     if done.returncode != 0:
-        raise RuntimeError(f"report failed: {done.stderr[-2000:]}")
-    written = sorted(set(event_log.iterdir()) - before) if event_log is not None else []
-    return took, json.loads(done.stdout), written[0] if written else None
+        raise RuntimeError(f"{what} failed: {done.stderr[-2000:]}")
+    return took, json.loads(done.stdout)
 
 
 def one_pass_tree(commit: str, work: Path, stack: contextlib.ExitStack) -> Path | None:
     """A git worktree of ``commit`` under ``work``, removed on exit; None (said in the log)
     when this checkout cannot make one (no git, or a clone without that commit)."""
     tree = work / "one-pass"
+    remove = ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)]
     if tree.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                       capture_output=True, check=False)  # fmt: skip
+        subprocess.run(remove, capture_output=True, check=False)
         shutil.rmtree(tree, ignore_errors=True)
     made = subprocess.run(
         ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit],
@@ -124,8 +134,7 @@ def one_pass_tree(commit: str, work: Path, stack: contextlib.ExitStack) -> Path 
     if made.returncode != 0:
         log(f"no one-pass report to compare with ({commit}): {made.stderr.strip()[:200]}")
         return None
-    stack.callback(subprocess.run, ["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                    str(tree)], capture_output=True, check=False)  # fmt: skip
+    stack.callback(subprocess.run, remove, capture_output=True, check=False)
     return tree
 
 
@@ -138,13 +147,7 @@ def one_pass_process(
                "--out", str(out), "--master", "local[2]"]  # fmt: skip
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-memory {driver_memory} pyspark-shell",
            "PYTHONPATH": str(tree)}  # fmt: skip
-    started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env,
-                          cwd=tree)  # fmt: skip
-    took = time.monotonic() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"one-pass report failed: {done.stderr[-2000:]}")
-    return took, json.loads(done.stdout)
+    return timed_report(command, env, "one-pass report", cwd=tree)
 
 
 def generate(spark: SparkSession, history: int, new: int, base: Path) -> float:
