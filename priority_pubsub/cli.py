@@ -12,6 +12,7 @@ import functools
 import inspect
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from priority_pubsub.dapr.setup import Loaded
 
 T = TypeVar("T")
+Command = Callable[..., None]
 app = typer.Typer(
     name="priority-pubsub",
     help="Priority subscriber sidecar: delivers queue messages to your app as CloudEvents.",
@@ -64,6 +66,28 @@ def _root(
 def _fail(message: str, code: int) -> NoReturn:
     typer.echo(f"priority-pubsub: {redact(message)}", err=True)
     raise typer.Exit(code)
+
+
+def _prose(docstring: str | None) -> str:
+    """A docstring as help text: each paragraph on one line, a blank line between paragraphs.
+
+    Docstrings are wrapped at the source's line length, and typer joins the lines of the first
+    paragraph only: ``--help`` printed the others broken where the source broke them,
+    mid-sentence. Help texts are read in a terminal as they are written, so they hold no reST
+    markup; a literal is quoted with single backticks (code on the generated reference page)."""
+    paragraphs = re.split(r"\n\s*\n", (docstring or "").strip())
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
+
+
+def _command(group: typer.Typer, name: str | None = None, **settings: Any
+             ) -> Callable[[Command], Command]:
+    """``group.command``, its help the function's docstring as prose (``_prose``): every
+    command registers through here, so none can show the docstring's line breaks."""
+
+    def register(function: Command) -> Command:
+        return group.command(name, help=_prose(function.__doc__), **settings)(function)
+
+    return register
 
 
 def _settings(path: Path | None) -> Settings:
@@ -104,7 +128,7 @@ _HEALTH = ("enable_app_health_check", "app_health_check_path", "app_health_probe
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
-def _daprd_command(command: Callable[..., None]) -> Callable[..., None]:
+def _daprd_command(command: Command) -> Command:
     """Register ``command`` taking daprd's command line: the options of ``DAPRD_OPTIONS``
     stand in its signature where its ``flags`` parameter is, and it gets them as one
     ``DaprdFlags``; an unknown extra argument is refused (exit 2) before it runs.
@@ -130,7 +154,7 @@ def _daprd_command(command: Callable[..., None]) -> Callable[..., None]:
 
     with_flags.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     with_flags.__annotations__ = {param.name: param.annotation for param in params}
-    return app.command(context_settings=_EXTRA)(with_flags)
+    return _command(app, context_settings=_EXTRA)(with_flags)
 
 
 def _loaded(config: Path | None, flags: DaprdFlags, *, reach_app: bool) -> Loaded:
@@ -297,7 +321,7 @@ def check(
     typer.echo("OK: config valid, driver and app reachable", err=True)
 
 
-@app.command()
+@_command(app)
 def provision(
     config: ConfigOption = None,
     dry_run: Annotated[bool, typer.Option(
@@ -327,7 +351,7 @@ def provision(
     raise typer.Exit(done.exit_code)
 
 
-@app.command()
+@_command(app)
 def publish(
     queue: Annotated[str, typer.Argument(help="Queue to publish to.")],
     config: ConfigOption = None,
@@ -382,7 +406,7 @@ def _parse_attributes(pairs: list[str]) -> dict[str, str]:
     return attributes
 
 
-@app.command()
+@_command(app)
 def stats(
     config: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
@@ -401,7 +425,7 @@ def stats(
         typer.echo("\n".join(plan_lines(settings)))
 
 
-@app.command()
+@_command(app)
 def requeue(
     from_queue: Annotated[str, typer.Option("--from", help="Dead-letter queue to drain.")],
     to_queue: Annotated[str, typer.Option("--to", help="Queue to put messages back on.")],
@@ -409,7 +433,7 @@ def requeue(
     limit: Annotated[int | None, typer.Option(min=1, help="Move at most N messages.")] = None,
 ) -> None:
     """Redrive dead letters: body and attributes kept, attempts reset, the redrive recorded in
-    the ``requeued_from`` attribute.
+    the `requeued_from` attribute.
 
     Safe to interrupt: each message is published to --to before it is deleted from --from,
     so an interruption can leave a message in both queues, never in neither.
@@ -421,7 +445,7 @@ def requeue(
     typer.echo(f"requeued {moved} message(s) from {from_queue} to {to_queue}")
 
 
-@app.command()
+@_command(app)
 def demo(
     messages: Annotated[int, typer.Option(min=3, help="Size of the mixed-priority burst.")] = 60,
     task_ms: Annotated[int, typer.Option(min=0, help="How long the sample app works.")] = 150,
@@ -432,7 +456,7 @@ def demo(
     _run_reporting(run_demo(messages=messages, task_ms=task_ms))
 
 
-@app.command()
+@_command(app)
 def report(
     journal_glob: Annotated[str, typer.Argument(help="Journal files: path, glob or URI.")],
     out: Annotated[Path, typer.Option("--out", help="Output directory.")],
@@ -467,13 +491,13 @@ config_app = typer.Typer(help="The config file's format.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
 
-@config_app.command("schema")
+@_command(config_app, "schema")
 def config_schema() -> None:
     """Print the JSON Schema of config.yaml, from the models the sidecar validates with.
 
-    For editors: a config starting with ``# yaml-language-server: $schema=<file or URL>`` is
-    checked and completed as it is typed. ``driver`` is keyed on ``driver.type`` (each
-    installed driver's options); a driver whose SDK is missing is left out (named on stderr)."""
+    For editors: a config starting with `# yaml-language-server: $schema=<file or URL>` is
+    checked and completed as it is typed. `driver` is keyed on `driver.type` (each installed
+    driver's options); a driver whose SDK is missing is left out (named on stderr)."""
     from priority_pubsub.settings.schema import config_schema as build
 
     generated = build()
