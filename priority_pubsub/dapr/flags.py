@@ -14,6 +14,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.settings.source import add_to_section, section
 
 IGNORED = frozenset({
     "--dapr-internal-grpc-port", "--dapr-internal-grpc-listen-address", "--dapr-public-port",
@@ -81,10 +82,11 @@ class DaprdFlags:
 
     def apply(self, raw: dict[str, Any]) -> list[str]:
         """Write the flags into the raw config (flags win: they are the most specific);
-        return warnings for flags read but not honoured."""
+        return warnings for flags read but not honoured. A section the config wrote as
+        anything but a mapping is left as written, for validation to name."""
         scheme = self._app_scheme()
         self._refuse_unsafe()
-        dapr = dict(raw.get("dapr") or {})
+        dapr: dict[str, Any] = {}
         resources = [*self.resources_path, *filter(None, [self.extra.get("--components-path")])]
         if resources:
             dapr["resources_path"] = resources
@@ -93,26 +95,26 @@ class DaprdFlags:
         if "subscribe" in self.disable_init_endpoints:
             dapr["programmatic_subscriptions"] = False
         if dapr:
-            raw["dapr"] = dapr
+            add_to_section(raw, "dapr", dapr)
         host = self.extra.get("--app-channel-address") or "127.0.0.1"
         if self.app_port is not None:
-            raw["app"] = {**(raw.get("app") or {}), "url": f"{scheme}://{host}:{self.app_port}"}
-        elif self.given and not (raw.get("app") or {}).get("url"):
-            raw["app"] = {**(raw.get("app") or {}), "push": False}  # daprd with no app
+            add_to_section(raw, "app", {"url": f"{scheme}://{host}:{self.app_port}"})
+        elif self.given and not section(raw, "app").get("url"):
+            add_to_section(raw, "app", {"push": False})  # daprd with no app
         self._apply_ops_and_logs(raw)
         # daprd's -1 (what `dapr run` and the injector pass by default) means no limit: the
         # configured concurrency stays; so do the defaults for the other negative values
         if self.app_max_concurrency is not None and self.app_max_concurrency > 0:
             raw["concurrency"] = self.app_max_concurrency
         if self.log_level is not None:
-            raw["log"] = {**(raw.get("log") or {}), "level": self.log_level}
+            add_to_section(raw, "log", {"level": self.log_level})
         if self.graceful_shutdown_s is not None and self.graceful_shutdown_s >= 0:
-            raw["shutdown"] = {**(raw.get("shutdown") or {}), "grace_s": self.graceful_shutdown_s}
+            add_to_section(raw, "shutdown", {"grace_s": self.graceful_shutdown_s})
         warnings = self._apply_publish_api(raw)
         warnings += [f"daprd flag {name} is ignored: it tunes what daprd does and "
                      "priority-pubsub does not serve" for name in self.ignored]
         if (health := self._app_health()) is not None:
-            raw["app"] = {**(raw.get("app") or {}), "health": health}
+            add_to_section(raw, "app", {"health": health})
             return warnings
         return warnings + [
             f"{name} has no effect without --enable-app-health-check (as in daprd)"
@@ -148,7 +150,7 @@ class DaprdFlags:
         ``--enable-metrics=false`` drops ``/metrics``; ``--log-as-json`` JSON logs, else
         text, as daprd (a ``log.format`` in the config file wins over the default);
         ``--dapr-block-shutdown-duration`` as ``shutdown.block_s``."""
-        server = dict(raw.get("server") or {})
+        server: dict[str, Any] = {}
         if (port := self.extra.get("--metrics-port")) is not None:
             server["port"] = _int_flag("--metrics-port", port)
         if (address := self.extra.get("--metrics-listen-address")) is not None:
@@ -156,12 +158,10 @@ class DaprdFlags:
         if self._bool("--enable-metrics") is False:
             server["metrics"] = False
         if server:
-            raw["server"] = server
+            add_to_section(raw, "server", server)
         as_json = self._bool("--log-as-json")
-        log_section = dict(raw.get("log") or {})
-        if as_json is not None or (self.given and "format" not in log_section):
-            log_section["format"] = "json" if as_json else "console"
-            raw["log"] = log_section
+        if as_json is not None or (self.given and "format" not in section(raw, "log")):
+            add_to_section(raw, "log", {"format": "json" if as_json else "console"})
         if (block := self.extra.get("--dapr-block-shutdown-duration")) is not None:
             from priority_pubsub.dapr.redis_kind import go_duration_s
 
@@ -170,7 +170,7 @@ class DaprdFlags:
             except ConfigError:
                 raise ConfigError(f"--dapr-block-shutdown-duration {block}: not a duration "
                                   "(daprd's: 30s, 1m)") from None
-            raw["shutdown"] = {**(raw.get("shutdown") or {}), "block_s": seconds}
+            add_to_section(raw, "shutdown", {"block_s": seconds})
 
     def _app_health(self) -> dict[str, Any] | None:
         """daprd's app health flags as ``app.health``; daprd's units: the probe interval in
@@ -207,7 +207,7 @@ class DaprdFlags:
             api["http_port"] = self.dapr_http_port
         if self.dapr_grpc_port is not None:
             api["grpc_port"] = self.dapr_grpc_port
-        publisher_only = (raw.get("app") or {}).get("push") is False
+        publisher_only = section(raw, "app").get("push") is False
         enabled = bool(api) or raw.get("publish_api") is not None or publisher_only
         if self.max_body_size is not None:
             if not enabled:
@@ -215,7 +215,7 @@ class DaprdFlags:
                         "is off (give --dapr-http-port or a publish_api: section)"]
             api["max_body_bytes"] = parse_quantity("--max-body-size", self.max_body_size)
         if enabled:  # daprd always serves its API; a publisher-only sidecar needs it
-            raw["publish_api"] = {**(raw.get("publish_api") or {}), **api}
+            add_to_section(raw, "publish_api", api)
         return warnings
 
 

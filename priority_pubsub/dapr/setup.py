@@ -38,7 +38,11 @@ class Loaded:
 def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: bool = True
          ) -> Loaded:
     """Read and validate; in Dapr mode also read the resources and (``reach_app``) ask the
-    app for its subscriptions. Raises ``ConfigError`` (exit 2) or ``AppNotAnswering``."""
+    app for its subscriptions. Raises ``ConfigError`` (exit 2) or ``AppNotAnswering``.
+
+    The one way from the files and the command line to validated settings: what reloads
+    them must come through here too, so a section written with the wrong type is refused
+    (``settings.config.refuse_misshapen_sections``) before the flags or Dapr mode read it."""
     flags = flags or DaprdFlags()
     configuration, warnings = _daprd_configuration(config)
     if configuration is not None:
@@ -50,7 +54,7 @@ def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: boo
     for key, value in (configuration or {}).items():
         raw.setdefault(key, value)  # the priority-pubsub config wins
     warnings += flags.apply(raw)
-    if "dapr" not in raw:
+    if raw.get("dapr") is None:  # dapr: null is the model's "off", as journal: null
         settings = validate_config(raw)
         return Loaded(settings, None, tuple(warnings))
     return _load_dapr(raw, reach_app, warnings)
@@ -82,9 +86,9 @@ def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loa
         raise ConfigError("queues: not used in Dapr mode: the queues come from the Dapr "
                           "resources (order them with dapr.priorities)")
     manifests = load_manifests(dapr.resources_path)
-    app_url = str((raw.get("app") or {}).get("url")
-                  or Settings.model_fields["app"].default.url.get_secret_value())
-    push = (raw.get("app") or {}).get("push", True) is not False
+    app = source.section(raw, "app")
+    app_url = str(app.get("url") or Settings.model_fields["app"].default.url.get_secret_value())
+    push = app.get("push", True) is not False
     from_app = (app_subscriptions(app_url, dapr.app_id, dapr.subscribe_timeout_s)
                 if reach_app and push and dapr.programmatic_subscriptions else [])
     plan = build_plan(dapr, manifests, from_app, publisher_only=not push)

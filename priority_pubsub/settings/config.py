@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails
 
 from priority_pubsub.core.backoff import compute_backoff
 from priority_pubsub.core.errors import ConfigError
@@ -449,6 +450,28 @@ def validate_config(raw: dict[str, Any]) -> Settings:
     return settings
 
 
+def refuse_misshapen_sections(raw: dict[str, Any]) -> None:
+    """Refuse a section, or a mapping nested in one, written as anything but a mapping (a
+    string, a number, a list; null where its model has no "off"), in the words validation
+    uses: one line naming it and the model it expects.
+
+    The raw config is read before it is validated (the environment and daprd's flags add keys
+    to its sections, Dapr mode reads ``dapr`` and ``app``): a mistyped section would be a
+    traceback there, or filled in and gone. So the file's sections, and the environment's,
+    are checked as read, before anything else sees them; only shape errors are raised here
+    (a partial config is missing other keys), the rest waits for ``validate_config``."""
+    try:
+        Settings.model_validate(raw)
+    except ValidationError as exc:
+        misshapen = [InitErrorDetails(type=error["type"], loc=error["loc"],
+                                      input=error["input"], ctx=error.get("ctx", {}))
+                     for error in exc.errors() if error["type"] == "model_type"
+                     and all(isinstance(part, str) for part in error["loc"])]
+        if misshapen:  # not under a list (queues.0): validation's union wording stays
+            shapes = ValidationError.from_exception_data(exc.title, misshapen)
+            raise ConfigError(describe_validation_error(shapes)) from None
+
+
 def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
     """One line per error would scroll; the first error, key path first, is what users fix."""
     first = exc.errors()[0]
@@ -466,7 +489,11 @@ def _read_config_file(config_path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {config_path}")
     _refuse_dapr_manifest(config_path)
     not_keys = (CONFIG_ENV, REPORT_CLASS_ARCHIVE_ENV)
-    settings = merged(read_yaml_mapping(config_path), environment_overrides(ENV_PREFIX, not_keys))
+    written = read_yaml_mapping(config_path)
+    overrides = environment_overrides(ENV_PREFIX, not_keys)
+    refuse_misshapen_sections(written)  # before the environment can fill one in
+    refuse_misshapen_sections(overrides)
+    settings = merged(written, overrides)
     _secrets_verbatim_from_env(settings)
     anchor_relative_paths(settings, config_path.parent.resolve(), ENV_PREFIX)  # beside the file
     return settings

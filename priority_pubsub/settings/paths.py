@@ -51,7 +51,7 @@ def _driver_path_keys(raw: dict[str, Any]) -> list[tuple[str, str]]:
     local driver's model, the default's, would have imported sqlite3 for nothing: 1.1 MB)."""
     driver = raw.get("driver")
     kind = driver.get("type") if isinstance(driver, dict) else None
-    if kind is None and "dapr" in raw:
+    if kind is None and raw.get("dapr") is not None:
         return []
     try:
         model = driver_options_model(str(kind or "local"))

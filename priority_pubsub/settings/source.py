@@ -81,3 +81,19 @@ def merged(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
         else:
             result[key] = value
     return result
+
+
+def section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """Section ``name`` of a raw config, to read: an empty one when it is absent, null, or
+    written as anything but a mapping (validation names that; the reader must not crash)."""
+    value = raw.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def add_to_section(raw: dict[str, Any], name: str, values: Mapping[str, Any]) -> None:
+    """``values`` set in section ``name`` of a raw config, its other keys kept (created when
+    absent or null). A section written as anything else (a string, a number, a list) is left
+    as written: filled in, the mistake would vanish; validation names it instead."""
+    current = raw.get(name)
+    if current is None or isinstance(current, dict):
+        raw[name] = {**(current or {}), **values}

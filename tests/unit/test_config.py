@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.settings.config import RetryConfig, load_config
+from priority_pubsub.settings.source import add_to_section
 
 ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = "queues:\n  - {name: a}\n"
@@ -118,3 +121,27 @@ def test_environment_values_are_toml_where_they_parse(
     settings = load_config(write(tmp_path, MINIMAL))
     assert settings.app.fatal_codes == (400, 409)
     assert settings.scheduling == "weighted"
+
+
+def test_an_environment_key_does_not_fill_in_a_misshapen_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Merged, the environment's ``{"url": ...}`` would have replaced the file's string: a
+    valid config out of a wrong file (``publish``, ``stats`` and ``requeue`` read this way)."""
+    monkeypatch.setenv("PRIORITY_PUBSUB_APP__URL", "http://127.0.0.1:9")
+    path = write(tmp_path, MINIMAL + "app: http://127.0.0.1:8000\n")
+    with pytest.raises(ConfigError, match=r"^app: Input should be a valid dictionary or "
+                       r"instance of AppConfig$"):
+        load_config(path)
+
+
+def test_a_section_is_created_filled_or_left() -> None:
+    """What daprd's flags write into: a null section is the model's "off", which a flag may
+    turn on; a section written as a scalar stays, for validation to name."""
+    raw: dict[str, Any] = {"app": {"timeout_s": 5}, "journal": None, "log": 3}
+    add_to_section(raw, "app", {"url": "http://a"})
+    add_to_section(raw, "journal", {"path": "/j"})
+    add_to_section(raw, "server", {"port": 1})
+    add_to_section(raw, "log", {"level": "debug"})
+    assert raw == {"app": {"timeout_s": 5, "url": "http://a"}, "journal": {"path": "/j"},
+                   "server": {"port": 1}, "log": 3}

@@ -149,3 +149,18 @@ def test_a_zero_sampling_rate_records_nothing_as_daprd(tmp_path: Path) -> None:
     keys, warnings = read_configuration(path)
     assert keys == {}
     assert any("samplingRate is 0" in w for w in warnings)
+
+
+def test_daprd_flags_leave_a_misshapen_section_as_written() -> None:
+    """Called on a raw config directly (a reload would): every flag that writes a section
+    leaves one written with the wrong type for validation to name, and does not crash."""
+    sections = ("app", "dapr", "server", "log", "shutdown", "publish_api")
+    raw: dict[str, Any] = dict.fromkeys(sections, "x")
+    flags = DaprdFlags(
+        app_id="shop", app_port=5001, resources_path=["r"], log_level="debug",
+        graceful_shutdown_s=3, dapr_http_port=3599, max_body_size="1Mi",
+        health={"--enable-app-health-check": True},
+        extra={"--metrics-port": "9000", "--log-as-json": "true",
+               "--dapr-block-shutdown-duration": "5s"})
+    flags.apply(raw)
+    assert raw == dict.fromkeys(sections, "x")
