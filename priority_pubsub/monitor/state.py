@@ -9,7 +9,6 @@ broker's figures, labelled so). Never a message body; reasons pass through ``red
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any
 
 from priority_pubsub.app.gate import AppGate
 from priority_pubsub.core.message import Message, now_ms
+from priority_pubsub.core.pod import Pod
 from priority_pubsub.core.redaction import redact
 from priority_pubsub.delivery.control import Hold, QueueControl
 from priority_pubsub.delivery.receiver import Receiver
@@ -75,7 +75,7 @@ async def snapshot(src: MonitorSources, selected: DeadLetterFilter) -> dict[str,
     listing = await src.dead_letters.listing(selected, SHOWN_DEAD_LETTERS)
     return {
         "v": API_VERSION,
-        "replica": {"host": socket.gethostname(), "pid": os.getpid(),
+        "replica": {"host": Pod.current().replica, "pid": os.getpid(),
                     "driver": src.settings.driver.type,
                     "scheduling": src.settings.scheduling},
         "generated_ms": wall_ms,

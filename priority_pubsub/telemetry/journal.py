@@ -18,9 +18,10 @@ Closed files. A file being written is named ``journal-<replica>-<seq>.jsonl.open
 renamed to ``journal-<replica>-<seq>.jsonl`` when it is rotated and at a clean stop, so a name
 ending in ``.jsonl`` is complete and never grows again: the report reads each closed file once
 and never an open one. The next start of a sidecar that crashed closes (renames) the files its
-replica left open. The replica is the host name (a pod's name on Kubernetes) and the
-sequence continues from the highest one in the directory, so no two files share a name:
-one sidecar per host and journal directory (two on one host would close each other's files).
+replica left open. The replica is the pod's name (``POD_NAME``, ``core.pod``), else the host
+name, and the sequence continues from the highest one in the directory, so no two files share
+a name: one sidecar per replica name and journal directory (two sharing one would close each
+other's files).
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ import json
 import operator
 import os
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from priority_pubsub.core.outcome import Kind
+from priority_pubsub.core.pod import Pod
 from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
@@ -154,7 +155,7 @@ class JournalWriter:
         self._directory = directory
         self._rotate_bytes = int(rotate_mb * 1024 * 1024)
         self._sync = fsync == "every_line"
-        self._replica = replica_name(replica or socket.gethostname())
+        self._replica = replica_name(replica or Pod.current().replica)
         self._fd: int | None = None
         self._path: Path | None = None
         self._seq: int | None = None

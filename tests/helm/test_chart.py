@@ -89,6 +89,9 @@ def test_sidecar_wiring(helm: Helm, example: Path) -> None:
 
     config_mount = mounts["priority-pubsub-config"]["mountPath"]
     assert env["PRIORITY_PUBSUB_CONFIG"]["value"] == f"{config_mount}/config.yaml"
+    # where daprd reads them: Dapr's {podName} / {namespace} templates, the journal's replica
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     configmap = config_map(docs)["metadata"]["name"]
     assert volumes["priority-pubsub-config"]["configMap"]["name"] == configmap
     assert set(mounts) <= set(volumes)

@@ -44,6 +44,14 @@ roll the pods when the config changes.
   env:
     - name: PRIORITY_PUBSUB_CONFIG
       value: /etc/priority-pubsub/config.yaml
+    # The pod's name and namespace where daprd reads them (the downward API): Dapr's
+    # metadata templates {podName} and {namespace}, and the journal's replica name.
+    - name: POD_NAME
+      valueFrom:
+        fieldRef: {fieldPath: metadata.name}
+    - name: NAMESPACE
+      valueFrom:
+        fieldRef: {fieldPath: metadata.namespace}
     {{- with .Values.secrets }}
     {{- if .connectionStringKey }}
     - name: PRIORITY_PUBSUB_DRIVER__CONNECTION_STRING
