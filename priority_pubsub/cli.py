@@ -292,7 +292,8 @@ def check(
 ) -> None:
     """Validate the config, reach the driver and the app, print the config (secrets masked).
 
-    In Dapr mode also check every subscription's routes against the app."""
+    In Dapr mode also print every component's metadata after templating (secrets masked)
+    and check every subscription's routes against the app."""
     from priority_pubsub.commands.ops import check_reachability
 
     loaded = _loaded(config, flags, reach_app=not offline)
@@ -301,6 +302,11 @@ def check(
     typer.echo(redact(json.dumps(settings.model_dump(mode="json"), indent=2)))
     for warning in loaded.warnings:
         typer.echo(f"WARN {warning}", err=True)
+    if loaded.plan is not None:
+        from priority_pubsub.dapr.check import component_lines
+
+        for line in component_lines(loaded.plan):  # stderr too: the broker's names
+            typer.echo(line, err=True)
     from priority_pubsub.commands.capacity_plan import plan_lines
 
     for line in plan_lines(settings):  # stderr: stdout stays the config's JSON

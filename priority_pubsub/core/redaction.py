@@ -19,7 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AfterValidator, BaseModel, PlainSerializer, SecretStr
 
-__all__ = ["CredentialUrl", "SecretUrl", "redact", "remember_secrets", "secret_values"]
+__all__ = ["CredentialUrl", "SecretUrl", "mask_field", "redact", "remember_secrets",
+           "secret_values"]
 
 MASK = "***"
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^\s:/@]*):[^\s/@]*@")
@@ -28,6 +29,8 @@ _KEY_FIELDS = re.compile(
     r"AccessKey|SecretAccessKey|token)\s*[=:]\s*)(?P<value>[^;&\s,'\"]+)",
     re.IGNORECASE,
 )
+_SECRET_NAME = re.compile(r"password|secret|token|credential|connectionstring|key$",
+                          re.IGNORECASE)
 _known: set[str] = set()
 
 
@@ -77,6 +80,14 @@ def redact(text: str) -> str:
         text = text.replace(secret, MASK)
     text = _URL_PASSWORD.sub(rf"\g<scheme>\g<user>:{MASK}@", text)
     return _KEY_FIELDS.sub(rf"\g<key>{MASK}", text)
+
+
+def mask_field(name: str, value: str) -> str:
+    """A named setting's value as shown, where no type says it is a secret (a Dapr
+    component's plain metadata): masked whole when its name says so (``redisPassword``,
+    ``secretKey``, ``sessionToken``, ``connectionString``), else ``redact``-ed. An empty
+    value stays empty: that it is unset is no secret, and is often the problem."""
+    return MASK if value and _SECRET_NAME.search(name) else redact(value)
 
 
 def secret_values(model: BaseModel) -> list[str]:

@@ -28,12 +28,26 @@ class ComponentContext:
     name: str
     type: str
     metadata: Mapping[str, str]
+    """Secrets resolved and templates applied (``dapr.templates``)."""
     app_id: str
     source: str = ""
+    topic_prefix: str = ""
+    """``NAMESPACE`` when the component is namespace-scoped (``{namespace}`` in its metadata,
+    ``MetadataTemplates.topic_prefix``), else empty."""
 
     @property
     def consumer_id(self) -> str:
-        return self.metadata.get("consumerID") or self.app_id
+        """daprd's (``processor/pubsub`` ``Init``): trimmed, the app id when empty."""
+        return self.metadata.get("consumerID", "").strip() or self.app_id
+
+    def broker_topic(self, topic: str) -> str:
+        """``topic`` as the broker names it. daprd prefixes a namespace-scoped component's
+        topics with the namespace, no separator, to publish (``publisher.go``), subscribe
+        and bulk subscribe (``subscription.go``, ``bulksubscription.go``) and dead-letter
+        (through ``Publish``); the app, the subscriptions, the CloudEvent and the metadata
+        API keep the topic as the app names it. Every topic that crosses to the broker goes
+        through here (``DaprPlan``, ``BrokerTopics``), so no kind knows of namespaces."""
+        return self.topic_prefix + topic
 
     def flag(self, key: str) -> bool:
         return self.metadata.get(key, "").strip().lower() in ("true", "1", "yes", "on")
@@ -74,8 +88,34 @@ class Entities(Protocol):
     def publish(self, topic: str, data: bytes) -> None: ...
 
 
+class BrokerTopics:
+    """A kind's ``Entities`` taking the app's topic names: each becomes the broker's
+    (``ComponentContext.broker_topic``) on its way in."""
+
+    def __init__(self, entities: Entities, component: ComponentContext) -> None:
+        self._entities = entities
+        self._component = component
+
+    @property
+    def manage(self) -> bool:
+        """Whether the wrapped entities are created at all (snssqs'
+        ``disableEntityManagement``)."""
+        return bool(getattr(self._entities, "manage", True))
+
+    def ensure(self, queues: list[tuple[str, tuple[str, ...]]],
+               dead_letter_queue: str | None) -> None:
+        broker_topic = self._component.broker_topic
+        self._entities.ensure([(queue, tuple(map(broker_topic, topics)))
+                               for queue, topics in queues], dead_letter_queue)
+
+    def publish(self, topic: str, data: bytes) -> None:
+        self._entities.publish(self._component.broker_topic(topic), data)
+
+
 class ComponentKind:
-    """The base: one queue per topic named ``{consumerID}-{topic}``, the body as data."""
+    """The base: one queue per topic named ``{consumerID}-{topic}``, the body as data.
+
+    Every ``topic`` a kind is given is the broker's (``ComponentContext.broker_topic``)."""
 
     type: ClassVar[str] = ""
     driver: ClassVar[str] = ""

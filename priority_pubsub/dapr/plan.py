@@ -10,9 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from priority_pubsub.core.errors import ConfigError
+from priority_pubsub.core.pod import Pod
 from priority_pubsub.dapr.components import (
+    BrokerTopics,
     ComponentContext,
     ComponentKind,
+    Entities,
     Mapped,
 )
 from priority_pubsub.dapr.kinds import kind_for, supported_types
@@ -25,6 +28,7 @@ from priority_pubsub.dapr.manifests import (
 from priority_pubsub.dapr.resiliency import resilience
 from priority_pubsub.dapr.secrets import SECRET_STORE_PREFIX, resolve_metadata
 from priority_pubsub.dapr.subscriptions import Subscription, from_manifest, merge
+from priority_pubsub.dapr.templates import MetadataTemplates, TemplatedComponent
 from priority_pubsub.settings.dapr import CAPACITY_KEYS, DaprConfig
 
 PRIORITY_KEY = "priority"
@@ -59,6 +63,8 @@ class DaprPlan:
     """Sections a ``Resiliency`` manifest implies (``retry``, ``app``), over the component's."""
     registered: tuple[RegisteredComponent, ...] = ()
     """The components loaded for this app (in scope), as the metadata API lists them."""
+    templated: tuple[TemplatedComponent, ...] = ()
+    """The metadata of every component in scope as templated (``check`` prints it)."""
 
     def topic_of(self, queue: str, topic_key: str | None) -> str | None:
         """The topic of a message on ``queue`` (``topic_key`` as the broker names it)."""
@@ -68,9 +74,18 @@ class DaprPlan:
             if topic_key is None:
                 return planned.topics[0] if len(planned.topics) == 1 else None
             for topic in planned.topics:
-                if self.kind.topic_key(topic) == topic_key:
+                if self.kind.topic_key(self.component.broker_topic(topic)) == topic_key:
                     return topic
         return None
+
+    def queue_of(self, topic: str) -> str:
+        """The queue ``topic`` is read from in the per-topic layout."""
+        return _topic_queue(self.kind, self.component, topic)
+
+    def entities(self, driver: Mapping[str, Any]) -> Entities | None:
+        """The component's entities, if its kind has them, taking the app's topic names."""
+        found = self.kind.entities(self.component, driver)
+        return None if found is None else BrokerTopics(found, self.component)
 
     def settings(self) -> dict[str, Any]:
         """The settings this plan implies, for config.yaml to be merged over."""
@@ -86,9 +101,11 @@ class DaprPlan:
 
 
 def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
-               from_app: Sequence[Subscription], *, publisher_only: bool = False) -> DaprPlan:
+               from_app: Sequence[Subscription], *, publisher_only: bool = False,
+               pod: Pod | None = None) -> DaprPlan:
     """``publisher_only`` (no app to push to): no subscription is needed; the component is
-    the one pub/sub component in scope when no subscription names one."""
+    the one pub/sub component in scope when no subscription names one. ``pod``: what the
+    metadata templates name (default: this process's, ``Pod.current``)."""
     notes: list[str] = []
     warnings: list[str] = []
     component_manifests = [m for m in manifests if m.kind == "Component"]
@@ -100,10 +117,13 @@ def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
                           f"{dapr.app_id!r}: neither Subscription manifests in "
                           f"{', '.join(map(str, dapr.resources_path))} nor GET /dapr/subscribe")
     component, kind = _the_component(components, subscriptions, dapr.app_id, notes)
-    stores = {c.name: c for c in components if c.type.startswith(SECRET_STORE_PREFIX)}
+    templates = MetadataTemplates(dapr.app_id, pod or Pod.current())
+    stores = {c.name: templates.component(c) for c in components
+              if c.type.startswith(SECRET_STORE_PREFIX)}
+    resolved = resolve_metadata(component, stores)
     context = ComponentContext(component.name, component.type,
-                               resolve_metadata(component, stores), dapr.app_id,
-                               component.source)
+                               templates.metadata(component, resolved), dapr.app_id,
+                               component.source, templates.topic_prefix(resolved.values()))
     mapped = kind.map(context)
     warnings += [f"{component.source}: Component {component.name}: metadata {key} is read but "
                  "not honoured by priority-pubsub" for key in context.metadata
@@ -119,7 +139,27 @@ def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
                        for m, c in zip(component_manifests, components, strict=True)
                        if c.in_scope(dapr.app_id))
     return DaprPlan(dapr.app_id, context, kind, by_topic, queues, mapped, tuple(notes),
-                    tuple(warnings), resilient.settings, registered)
+                    tuple(warnings), resilient.settings, registered,
+                    _templated(components, context, stores, templates))
+
+
+def _templated(components: Sequence[Component], chosen: ComponentContext,
+               stores: Mapping[str, Component], templates: MetadataTemplates
+               ) -> tuple[TemplatedComponent, ...]:
+    """Every component in scope, templated once: the pub/sub one as its kind got it, the
+    secret stores as they were looked up in, the others now (a ``{podName}`` without
+    ``POD_NAME`` fails any of them, as it fails daprd's start)."""
+    shown = []
+    for component in components:
+        if not component.in_scope(chosen.app_id):
+            continue
+        if component.name == chosen.name and component.source == chosen.source:
+            shown.append(TemplatedComponent.of(component, chosen.metadata))
+            continue
+        store = stores.get(component.name) if component.type.startswith(
+            SECRET_STORE_PREFIX) else None
+        shown.append(TemplatedComponent.of(store or templates.component(component)))
+    return tuple(shown)
 
 
 def _version(manifest: Manifest) -> str:
@@ -205,10 +245,14 @@ def _queues(dapr: DaprConfig, kind: ComponentKind, context: ComponentContext,
             raise ConfigError(f"dapr.queue_layout: shared: {kind.type} has no shared queue "
                               "(each topic has its own)")
         return (PlannedQueue(shared, tuple(topics)),)
-    return tuple(PlannedQueue(kind.queue_for(context, topic), (topic,),
+    return tuple(PlannedQueue(_topic_queue(kind, context, topic), (topic,),
                               _int(by_topic[topic], WEIGHT_KEY, default=1),
                               _capacity(dapr, by_topic[topic]))
                  for topic in topics)
+
+
+def _topic_queue(kind: ComponentKind, component: ComponentContext, topic: str) -> str:
+    return kind.queue_for(component, component.broker_topic(topic))
 
 
 def _capacity(dapr: DaprConfig, subscription: Subscription) -> dict[str, float | int]:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 def dapr_spec(plan: DaprPlan, settings: Settings) -> SqsSpec:
     """``entity_spec`` for a Dapr plan (``priority-pubsub provision`` in Dapr mode)."""
-    return entity_spec([(q.name, q.topics) for q in plan.queues],
+    broker_topic = plan.component.broker_topic
+    return entity_spec([(q.name, tuple(map(broker_topic, q.topics))) for q in plan.queues],
                        settings.dead_letter.queue if settings.dead_letter else None)
 
 

@@ -32,7 +32,8 @@ def report(plan: DaprPlan | None, warnings: tuple[str, ...]) -> None:
     for note in plan.notes:
         log.info(note)
     log.info("dapr subscriptions", component=plan.component.name, type=plan.component.type,
-             queues=[{"queue": q.name, "topics": list(q.topics)} for q in plan.queues])
+             queues=[{"queue": q.name, "topics": list(q.topics)} for q in plan.queues],
+             namespace_prefix=plan.component.topic_prefix or None)
 
 
 async def run_dapr(settings: Settings, plan: DaprPlan, streams: StreamHub | None = None
@@ -40,7 +41,7 @@ async def run_dapr(settings: Settings, plan: DaprPlan, streams: StreamHub | None
     from priority_pubsub.drivers.registry import build_driver
     from priority_pubsub.sidecar import Sidecar
 
-    entities = plan.kind.entities(plan.component, settings.driver.options())
+    entities = plan.entities(settings.driver.options())
     if entities is not None:  # the dead letters too: the driver resolves them at start
         queues = [(q.name, q.topics) for q in plan.queues]
         await asyncio.to_thread(entities.ensure, queues, _dead_letter_queue(settings))
@@ -68,10 +69,10 @@ class StreamTopics:
     sidecar: Sidecar
 
     async def make(self, topic: str) -> str:
-        plan, kind = self.plan, self.plan.kind
+        plan = self.plan
         shared = self.settings.dapr is not None and self.settings.dapr.queue_layout == "shared"
-        queue = (kind.shared_queue(plan.component) if shared else None) or kind.queue_for(
-            plan.component, topic)
+        queue = (plan.kind.shared_queue(plan.component) if shared else None) or plan.queue_of(
+            topic)
         if self.entities is not None:
             try:
                 await asyncio.to_thread(self.entities.ensure, [(queue, (topic,))],

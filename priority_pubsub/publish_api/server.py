@@ -33,7 +33,7 @@ def build_service(settings: Settings, plan: DaprPlan | None) -> PublishService:
 
         sink: Sink = QueueSink(build_driver(settings), settings.queue_names)
         return PublishService(settings.app.pubsub_name, api.app_id, sink)
-    entities = plan.kind.entities(plan.component, settings.driver.options())
+    entities = plan.entities(settings.driver.options())
     if entities is None:
         raise ConfigError(f"publish_api: publishing through {plan.component.type} is not "
                           "supported yet (pubsub.aws.snssqs and pubsub.redis are); remove "
