@@ -1,7 +1,9 @@
 """Deliver one attempt to the app over HTTP and read its answer as an ``Outcome``.
 
 One ``aiohttp.ClientSession`` serves the whole sidecar; its connector is sized to the
-concurrency so connections are reused and never exceed the app's capacity.
+concurrency so connections are reused and never exceed the app's capacity. A request has no
+timeout of its own: the worker cancels it at its queue's timeout (``delivery.cancel``), and a
+cancelled request's connection is closed (the app sees the client go), never reused.
 """
 
 from __future__ import annotations
@@ -80,7 +82,9 @@ class Forwarder:
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
-            timeout=aiohttp.ClientTimeout(total=self._app.timeout_s),
+            # only the connect phase: a connect that times out never reached the app (a
+            # release), the rest is bounded by the delivery's timeout
+            timeout=aiohttp.ClientTimeout(sock_connect=self._app.timeout_s),
             raise_for_status=False,
         )
 
@@ -135,7 +139,5 @@ class Forwarder:
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             # The request never reached the app (refused, DNS, connect timeout): not an attempt.
             return Outcome.release(f"{NOT_REACHABLE}: {type(exc).__name__}: {exc}"[:300])
-        except TimeoutError:
-            return Outcome.retry(f"app did not answer within {self._app.timeout_s:g}s")
         except aiohttp.ClientError as exc:
             return Outcome.retry(f"app unreachable: {type(exc).__name__}: {exc}"[:300])

@@ -42,8 +42,8 @@ class PlannedQueue:
     topics: tuple[str, ...]
     weight: int = 1
     capacity: Mapping[str, float | int] = field(default_factory=dict)
-    """``reserve``, ``max_concurrency``, ``max_wait_s``, ``wait_slo_s`` where set (by a
-    ``dapr.priorities`` mapping entry, else the Subscription's metadata)."""
+    """``reserve``, ``max_concurrency``, ``max_wait_s``, ``wait_slo_s``, ``timeout_s`` where
+    set (by a ``dapr.priorities`` mapping entry, else the Subscription's metadata)."""
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def _other_warnings(manifests: Sequence[Manifest], subscriptions: Sequence[Subsc
     warnings += [f"dapr.priorities: topic {topic!r} has no subscription"
                  for topic in dapr.priority_topics if topic not in found]
     if dapr.queue_layout == "shared":
-        warnings += [f"{s.source}: topic {s.topic}: reserve, max_concurrency, max_wait_s and "
-                     "wait_slo_s need a queue per topic: not honoured with queue_layout: shared"
-                     for s in subscriptions if _capacity(dapr, s)]
+        warnings += [f"{s.source}: topic {s.topic}: {', '.join(given)} need a queue per "
+                     "topic: not honoured with queue_layout: shared"
+                     for s in subscriptions if (given := _capacity(dapr, s))]
     return warnings

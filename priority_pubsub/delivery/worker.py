@@ -2,7 +2,8 @@
 
 The forwarder returns an ``Outcome`` value; the ``Settler`` turns it into exactly one
 driver call and one ``settled`` event. Settling is shielded from cancellation (a shutdown
-must not leave a half-settled message).
+must not leave a half-settled message). The request to the app is sent through ``running``
+(``cancel.Running``): its queue's timeout, or any other cancel, cuts it short with an outcome.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from priority_pubsub.app.request import AppChannel, Delivery, NativeDelivery
 from priority_pubsub.core.errors import TransformError
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
+from priority_pubsub.delivery.cancel import Running
 from priority_pubsub.delivery.leases import LeaseKeeper
 from priority_pubsub.delivery.settlement import admit
 from priority_pubsub.delivery.settler import Settler
@@ -68,6 +70,11 @@ class Worker:
         self._settler = settler
         self._chain = TransformChain.from_config(settings.transforms)
         self._delivery = delivery or NativeDelivery(settings)
+        self.running = Running()
+        """The deliveries at the app now: what a cancel (the timeout's, an operator's) finds."""
+        self._timeout_s = settings.app.timeout_s
+        self._queue_timeout_s = {q.name: q.timeout_s for q in settings.queues
+                                 if q.timeout_s is not None}
 
     async def handle(self, message: Message, answered: Callable[[], None] = lambda: None) -> None:
         """Run one attempt to its settled end. Cancellation returns the message at once.
@@ -137,7 +144,9 @@ class Worker:
         request = attempt.trace.inject(prepared.request, prepared.url)
         if request is not prepared.request:  # tracing on: the app gets its traceparent
             prepared = dataclasses.replace(prepared, request=request)
-        outcome = await self._forwarder.deliver(prepared)
+        outcome = await self.running.send(
+            message, self._forwarder.deliver(prepared),
+            self._queue_timeout_s.get(message.queue, self._timeout_s))
         self._observer.forwarded(message, time.perf_counter() - started)
         return outcome if self._gate is None else self._gate.observe(message, outcome)
 

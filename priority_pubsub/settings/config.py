@@ -63,6 +63,12 @@ class QueueConfig(_Strict):
     """Starvation bound: untried this long, the queue gets one try ahead of higher ones."""
     wait_slo_s: float | None = Field(default=None, gt=0, le=86_400)
     """Target wait for ``priority_pubsub_workers_needed``; None: that gauge is off."""
+    timeout_s: float | None = Field(default=None, gt=0)
+    """How long the app may take to answer one of this queue's deliveries; None:
+    ``app.timeout_s``. Past it the request is cancelled (the HTTP connection closed, the gRPC
+    call cancelled), the worker is free at once and the message is retried with reason
+    ``timeout`` (a counted attempt): a hung task holds its worker this long, not the global
+    timeout (docs/long-tasks.md)."""
 
     @model_validator(mode="after")
     def _limit_holds_the_reserve(self) -> QueueConfig:
@@ -160,8 +166,9 @@ class AppConfig(_Strict):
     ``AppCallback`` service (apps built with dapr-ext-grpc, ``--app-protocol grpc``). May carry
     ``user:password@`` (basic auth): printed with the password masked."""
     timeout_s: float = Field(default=3600, gt=0)
-    """How long the app may take to answer one delivery; then it is retried (the lease is kept
-    alive meanwhile)."""
+    """How long the app may take to answer one delivery (a queue's ``timeout_s`` overrides it);
+    then the request is cancelled and the message retried with reason ``timeout`` (the lease is
+    kept alive meanwhile)."""
     delivery: Literal["cloudevent", "raw"] = "cloudevent"
     """``cloudevent``: a structured CloudEvent 1.0 (as daprd); ``raw``: the transformed body as is,
     with its content type."""

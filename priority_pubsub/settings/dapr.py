@@ -9,15 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DAPR_API_GROUP = "dapr.io/"
 """The API group of every Dapr manifest (``apiVersion: dapr.io/v1alpha1``)."""
-CAPACITY_KEYS = ("reserve", "max_concurrency", "max_wait_s", "wait_slo_s")
+CAPACITY_KEYS = ("reserve", "max_concurrency", "max_wait_s", "wait_slo_s", "timeout_s")
 """Per-topic capacity settings (docs/long-tasks.md): a ``dapr.priorities`` mapping entry or
 a Subscription's metadata sets them as ``queues[]`` entries do."""
 
 
 class TopicPriority(BaseModel):
     """A ``dapr.priorities`` entry with capacity settings:
-    ``{topic: orders-high, reserve: 1, max_concurrency: 2, max_wait_s: 600}``. The values are
-    checked as ``queues[]`` entries are, once the topics are queues."""
+    ``{topic: orders-high, reserve: 1, max_concurrency: 2, max_wait_s: 600, timeout_s: 30}``.
+    The values are checked as ``queues[]`` entries are, once the topics are queues."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -31,6 +31,9 @@ class TopicPriority(BaseModel):
     """As ``queues[].max_wait_s``."""
     wait_slo_s: float | None = None
     """As ``queues[].wait_slo_s``."""
+    timeout_s: float | None = None
+    """As ``queues[].timeout_s``: how long the app may take to answer one of the topic's
+    deliveries."""
 
     def capacity(self) -> dict[str, float | int]:
         """The settings this entry gives (those left out are not given)."""

@@ -37,6 +37,16 @@ class Reply:
     body: bytes | str | dict[str, Any] = b""
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    until_closed: bool = False
+    """Never answer: wait until the client closes the connection (``RecordingApp.closed``)."""
+
+
+@dataclass(frozen=True)
+class Closed:
+    """A request the client gave up on: its connection closed before the app answered."""
+
+    request: Received
+    at: float
 
 
 Behaviour = Callable[[Received], Reply]
@@ -53,6 +63,8 @@ class RecordingApp:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     in_progress: int = 0
     max_in_progress: int = 0
+    closed: list[Closed] = field(default_factory=list)
+    """Requests answered ``until_closed``, as their connections closed."""
 
     @property
     def url(self) -> str:
@@ -111,7 +123,9 @@ class RecordingApp:
             self.max_in_progress = max(self.max_in_progress, self.in_progress)
         try:
             reply = self.behaviour(seen)
-            if reply.delay_s:
+            if reply.until_closed:
+                await self._until_closed(request, seen)
+            elif reply.delay_s:
                 await asyncio.sleep(reply.delay_s)
         finally:
             with self._lock:
@@ -121,6 +135,14 @@ class RecordingApp:
             return web.json_response(body, status=reply.status, headers=reply.headers)
         return web.Response(status=reply.status, body=body.encode() if isinstance(body, str)
                             else body, headers=reply.headers)
+
+    async def _until_closed(self, request: web.Request, seen: Received) -> None:
+        """Until the client closes the connection, watched on the transport: aiohttp neither
+        cancels the handler (its default) nor offers an event for it."""
+        while request.transport is not None and not request.transport.is_closing():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        with self._lock:
+            self.closed.append(Closed(seen, time.time()))
 
     def wait_for(self, count: int, timeout_s: float = 20.0) -> list[Received]:
         """Block until at least ``count`` requests arrived; return them all."""

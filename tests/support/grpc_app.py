@@ -1,15 +1,18 @@
 """A real gRPC app of the tests' own: Dapr's ``AppCallback`` service (the stubs the ``dapr``
 package ships) on a free port, recording every ``OnTopicEvent`` with its metadata and
 answering per topic as a test scripts it: a ``TopicEventResponse`` status, or a gRPC error
-code (UNIMPLEMENTED, INTERNAL...); ``OnBulkTopicEvent`` recorded and answered per entry."""
+code (UNIMPLEMENTED, INTERNAL...), or no answer until the caller cancels the call
+(``UNTIL_CANCELLED``, recorded in ``cancelled``); ``OnBulkTopicEvent`` recorded and answered
+per entry."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 import grpc
 from dapr.proto.runtime.v1 import appcallback_pb2, appcallback_pb2_grpc
@@ -19,16 +22,27 @@ from tests.support.servers import free_port
 SUCCESS = appcallback_pb2.TopicEventResponse.SUCCESS
 RETRY = appcallback_pb2.TopicEventResponse.RETRY
 DROP = appcallback_pb2.TopicEventResponse.DROP
+UNTIL_CANCELLED: Final = "until cancelled"
 
 
 @dataclass(frozen=True)
 class Call:
     request: appcallback_pb2.TopicEventRequest
     metadata: dict[str, str]
+    at: float = field(default_factory=time.time)
 
 
-Answer = int | grpc.StatusCode
-"""A ``TopicEventResponse`` status, or the gRPC error code to fail the call with."""
+@dataclass(frozen=True)
+class Cancelled:
+    """A call the caller cancelled before the app answered: when the app saw it end."""
+
+    call: Call
+    at: float
+
+
+Answer = int | grpc.StatusCode | Literal["until cancelled"]
+"""A ``TopicEventResponse`` status, the gRPC error code to fail the call with, or
+``UNTIL_CANCELLED``: no answer while the call lasts."""
 
 
 @dataclass
@@ -40,6 +54,7 @@ class GrpcApp:
     bulk_calls: list[appcallback_pb2.TopicEventBulkRequest] = field(default_factory=list)
     subscriptions: list[appcallback_pb2.TopicSubscription] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
+    cancelled: list[Cancelled] = field(default_factory=list)
     port: int = field(default_factory=free_port)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: Any = None
@@ -75,9 +90,16 @@ class _Servicer(appcallback_pb2_grpc.AppCallbackServicer):
 
     def OnTopicEvent(self, request: Any, context: Any) -> Any:
         metadata = {key: str(value) for key, value in context.invocation_metadata()}
+        call = Call(request, metadata)
         with self._app._lock:
-            self._app.calls.append(Call(request, metadata))
+            self._app.calls.append(call)
         answer = self._app.answer(request)
+        if answer == UNTIL_CANCELLED:
+            while context.is_active():  # False once the caller cancelled the call
+                time.sleep(0.01)
+            with self._app._lock:
+                self._app.cancelled.append(Cancelled(call, time.time()))
+            return appcallback_pb2.TopicEventResponse()
         if isinstance(answer, grpc.StatusCode):
             context.abort(answer, f"scripted {answer.name} for topic {request.topic}")
         return appcallback_pb2.TopicEventResponse(status=answer)

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from priority_pubsub.commands.capacity_plan import capacity_plan, plan_lines
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.message import Message
 from priority_pubsub.delivery.dispatcher import Dispatcher
@@ -90,6 +91,7 @@ def config(queues: list[dict[str, object]], concurrency: int = 4) -> dict[str, o
          r"^queues\.0: queue 'hi': max_concurrency 1 is below its reserve 2$"),
         ([{"name": "hi", "reserve": -1}, {"name": "lo"}], 4, r"^queues\.0\.reserve: "),
         ([{"name": "hi", "max_wait_s": 0}, {"name": "lo"}], 4, r"^queues\.0\.max_wait_s: "),
+        ([{"name": "hi", "timeout_s": 0}, {"name": "lo"}], 4, r"^queues\.0\.timeout_s: "),
     ],
 )
 def test_bad_capacity_settings_are_one_line_naming_the_queues(
@@ -98,6 +100,16 @@ def test_bad_capacity_settings_are_one_line_naming_the_queues(
     with pytest.raises(ConfigError, match=message) as caught:
         validate_config(config(queues, concurrency))
     assert "\n" not in str(caught.value)
+
+
+def test_check_shows_a_queue_timeout_beside_its_capacity() -> None:
+    settings = validate_config({**config([{"name": "hi", "reserve": 1, "timeout_s": 30},
+                                          {"name": "lo"}]), "app": {"timeout_s": 600}})
+    assert [entry["timeout_s"] for entry in capacity_plan(settings)] == [30, None]
+    assert plan_lines(settings)[1:] == [
+        "  hi: up to 4 workers (1 reserved for it; a delivery cancelled after 30 s)",
+        "  lo: up to 3 workers (1 kept for higher queues)",
+    ]
 
 
 def test_good_capacity_settings_load() -> None:

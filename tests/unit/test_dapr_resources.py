@@ -23,7 +23,7 @@ from priority_pubsub.dapr.manifests import load_manifests
 from priority_pubsub.dapr.naming import aws_sanitized
 from priority_pubsub.dapr.plan import DaprPlan, build_plan
 from priority_pubsub.dapr.subscriptions import from_app, merge
-from priority_pubsub.settings.config import AppConfig
+from priority_pubsub.settings.config import AppConfig, validate_config
 from priority_pubsub.settings.dapr import DaprConfig
 from priority_pubsub.transforms.base import Payload
 from tests.support.sidecar import cli
@@ -256,6 +256,27 @@ def test_bad_capacity_metadata_is_one_line_naming_the_key(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="topics listed twice"):
         DaprConfig(resources_path=tmp_path, app_id="shop",
                    priorities=[{"topic": "a", "reserve": 1}, "a"])  # type: ignore[list-item]
+
+
+def test_a_topic_timeout_comes_as_its_reserve_does(tmp_path: Path) -> None:
+    """Issue 40 item 3: ``timeout_s`` per topic, from a Subscription's metadata or a
+    ``dapr.priorities`` entry (which wins), becomes its queue's ``timeout_s``."""
+    app = [{"pubsubname": "orderpubsub", "topic": t, "route": "/o", "metadata": m}
+           for t, m in (("orders-high", {"timeout_s": "10", "reserve": "1"}),
+                        ("bulk", {"timeout_s": "7200"}), ("orders", {}))]
+    plan = plan_for(tmp_path, COMPONENT, app=app,
+                    priorities=[{"topic": "orders-high", "timeout_s": 30}, "orders"])
+    settings = validate_config({**plan.settings(), "app": {"timeout_s": 600}})
+    assert [(q.name, q.timeout_s) for q in settings.queues] == [
+        ("shop-orders-high", 30), ("shop-orders", None), ("shop-bulk", 7200)]
+    bad = [{"pubsubname": "orderpubsub", "topic": "a", "route": "/o",
+            "metadata": {"timeout_s": "soon"}}]
+    with pytest.raises(ConfigError, match=r"metadata\.timeout_s: not a number: 'soon'$"):
+        plan_for(tmp_path, COMPONENT, app=bad)
+    shared = plan_for(tmp_path, COMPONENT, app=app, queue_layout="shared")
+    assert any(w.endswith("topic orders-high: reserve, timeout_s need a queue per topic: not "
+                          "honoured with queue_layout: shared") for w in shared.warnings), (
+        shared.warnings)
 
 
 def test_capacity_settings_in_the_shared_layout_are_warned_about(tmp_path: Path) -> None:

@@ -1,14 +1,19 @@
 """The worker never strands a message: a broken transform or an internal error still ends in
-exactly one settle call (with a fake driver: this is our logic, not a broker's)."""
+exactly one settle call (with a fake driver: this is our logic, not a broker's); a hung app
+is cut off at the delivery's timeout (real apps, HTTP and gRPC)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from priority_pubsub.app.forwarder import Forwarder
+from priority_pubsub.app.channel import build_channel
 from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.core.outcome import Outcome
@@ -19,6 +24,9 @@ from priority_pubsub.telemetry.journal import JournalWriter, read_journal_lines
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver
 from priority_pubsub.transforms.base import Payload, TransformChain
+from tests.support.app import RecordingApp, Reply
+from tests.support.grpc_app import UNTIL_CANCELLED, GrpcApp
+from tests.support.waiting import wait_until
 
 
 class RecordingDriver:
@@ -56,10 +64,11 @@ def message(attempt: int = 1) -> Message:
     return Message("m1", "q", 0, b"{}", {}, attempt, now_ms(), Lease(None, now_ms() + 60_000))
 
 
-def worker(driver: RecordingDriver, journal: JournalWriter | None = None) -> Worker:
+def worker(driver: RecordingDriver, journal: JournalWriter | None = None,
+           **config: Any) -> Worker:
     settings = validate_config({"queues": [{"name": "q"}], "dead_letter": {"queue": "dead"},
-                                "retry": {"max_attempts": 3, "initial_delay_s": 2}})
-    forwarder = Forwarder(settings.app, 1)
+                                "retry": {"max_attempts": 3, "initial_delay_s": 2}, **config})
+    forwarder = build_channel(settings)
     observer = DeliveryObserver(Metrics(), journal, driver_type="fake")
     settler = Settler(settings, driver, observer)  # type: ignore[arg-type]
     return Worker(settings, driver, forwarder, observer, settler)  # type: ignore[arg-type]
@@ -163,3 +172,48 @@ async def test_a_retriable_settle_failure_is_retried_while_the_lease_lasts() -> 
     subject._forwarder.forward = app_says_ok  # type: ignore[method-assign]
     await subject.handle(message())
     assert attempts == 3
+
+
+@contextlib.contextmanager
+def hung_app(channel: str) -> Iterator[tuple[str, Callable[[], int]]]:
+    """An app that never answers: its URL, and how many of its requests it saw cut off (the
+    HTTP connection closed, the gRPC call cancelled)."""
+    if channel == "http":
+        with RecordingApp(behaviour=lambda _: Reply(until_closed=True)) as app:
+            yield app.url, lambda: len(app.closed)
+    else:
+        with GrpcApp(answer=lambda _: UNTIL_CANCELLED) as grpc_app:
+            yield grpc_app.url, lambda: len(grpc_app.cancelled)
+
+
+@pytest.mark.parametrize("channel", ["http", "grpc"])
+@pytest.mark.parametrize("set_on", ["queue", "app"])
+async def test_a_hung_app_is_cut_off_at_the_timeout_and_the_message_retried(
+    channel: str, set_on: str, tmp_path: Path
+) -> None:
+    """Issue 40 item 3: past its timeout (the queue's over the app's, one mechanism) the
+    request is cancelled and the app sees it go, the slot is given back at once, and the
+    message is retried with backoff, a counted attempt, with reason ``timeout``."""
+    journal = JournalWriter(tmp_path, rotate_mb=1)
+    journal.start()
+    driver = RecordingDriver()
+    with hung_app(channel) as (url, cut_off):
+        timeouts: dict[str, Any] = (
+            {"queues": [{"name": "q", "timeout_s": 0.5}], "app": {"url": url, "timeout_s": 600}}
+            if set_on == "queue" else {"app": {"url": url, "timeout_s": 0.5}})
+        subject = worker(driver, journal, **timeouts)
+        await subject._forwarder.start()
+        started = time.monotonic()
+        freed: list[float] = []
+        try:
+            await subject.handle(message(), lambda: freed.append(time.monotonic() - started))
+            await asyncio.to_thread(wait_until, lambda: cut_off() == 1, 5)
+        finally:
+            await subject._forwarder.close()
+    await journal.close()
+    assert 0.5 <= freed[0] < 3, freed
+    assert driver.calls == [("retry", 2.0)]  # retry.initial_delay_s: an attempt, as any retry
+    [path] = tmp_path.glob("journal-*.jsonl")
+    [record] = read_journal_lines(path)[0]
+    assert (record["outcome"], record["attempt"], record["reason"]) == (
+        "retry", 1, "timeout: app did not answer within 0.5s")

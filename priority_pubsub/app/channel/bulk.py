@@ -17,7 +17,8 @@ worker is free to add another (the receiver has no room: waiting could not fill 
 ``maxAwaitDurationMs`` after its first entry (whichever comes first; the messages of one
 take join their batch before it goes). The receiver takes highest priority first, so
 a freed worker goes to a higher topic's batch before a lower one's, and a batch never waits
-on another topic.
+on another topic. A delivery cut short (its timeout: ``delivery.cancel``) leaves its batch;
+a sent batch that every entry has left is cancelled.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class Entry:
     entry_id: str
     prepared: Prepared
     answer: asyncio.Future[Outcome]
+    left: bool = False
+    """Its worker stopped waiting (a cancelled delivery) after the batch was sent."""
 
     def http_entry(self) -> dict[str, Any]:
         """daprd's ``BulkSubscribeMessageItem``: the CloudEvent, or with ``rawPayload`` the
@@ -90,6 +93,8 @@ class Batch:
     url: str
     entries: list[Entry] = field(default_factory=list)
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    sending: asyncio.Task[None] | None = None
+    """The request carrying it, once sent."""
 
     def envelope(self) -> dict[str, Any]:
         """The HTTP body daprd posts (``NewBulkSubscribeEnvelope``)."""
@@ -165,9 +170,20 @@ class BulkChannel:
         try:
             return await asyncio.shield(entry.answer)
         except asyncio.CancelledError:
-            if self._filling.get(key) is batch and entry in batch.entries:
-                batch.entries.remove(entry)  # not sent yet: the app never sees it
+            self._leave(key, batch, entry)
             raise
+
+    def _leave(self, key: tuple[str, str], batch: Batch, entry: Entry) -> None:
+        """A cancelled delivery's entry leaves its batch: not sent yet, the app never sees
+        it; sent, the batch's request is cancelled once every entry has left (nobody waits
+        for its answer: the app sees it cancelled, as a single delivery's)."""
+        if self._filling.get(key) is batch:
+            if entry in batch.entries:
+                batch.entries.remove(entry)
+            return
+        entry.left = True
+        if batch.sending is not None and all(e.left for e in batch.entries):
+            batch.sending.cancel()
 
     def _send_unless_joined(self, key: tuple[str, str], batch: Batch) -> None:
         """No worker is free to bring another entry: send, but only once the messages taken
@@ -197,7 +213,8 @@ class BulkChannel:
         del self._filling[key]
         if not batch.entries:
             return
-        task = asyncio.create_task(self._exchange(batch), name=f"bulk-send-{batch.topic}")
+        task = batch.sending = asyncio.create_task(self._exchange(batch),
+                                                   name=f"bulk-send-{batch.topic}")
         self._timers.add(task)
         task.add_done_callback(self._timers.discard)
 

@@ -9,6 +9,9 @@ as a warning and journaled with its reason). UNAVAILABLE because the channel cou
 connect (the call never reached the app) is a release, as the HTTP forwarder's connect-phase
 failure: the app health gate pauses receiving and the message is not counted.
 
+A call has no deadline of its own: the worker cancels it at its queue's timeout
+(``delivery.cancel``), and the app sees the call cancelled.
+
 Start-up's ``ListTopicSubscriptions`` is Dapr mode's discovery (``dapr.discovery``). Health
 (``AppCallbackHealthCheck.HealthCheck``): for the app health gate. Stubs are the ones Dapr
 publishes (the ``dapr`` package); nothing hand-encoded.
@@ -52,7 +55,6 @@ class GrpcAppChannel:
     """One HTTP/2 connection to the app, shared by every worker (gRPC multiplexes calls)."""
 
     def __init__(self, app: AppConfig) -> None:
-        self._app = app
         self._target = grpc_target(app.url.get_secret_value())
         self._channel: grpc.aio.Channel | None = None
         self._stub: AppCallbackStub | None = None
@@ -79,8 +81,7 @@ class GrpcAppChannel:
             return Outcome.retry(f"error returned from app while processing pub/sub event: {exc}")
         try:
             answer = await self._stub.OnTopicEvent(
-                request, timeout=self._app.timeout_s,
-                metadata=grpc_metadata(prepared.request.headers))
+                request, metadata=grpc_metadata(prepared.request.headers))
         except grpc.aio.AioRpcError as exc:
             return self._rpc_error(exc, request.id)
         return status_outcome(answer.status)
@@ -100,13 +101,12 @@ class GrpcAppChannel:
         metadata = grpc_metadata(batch.entries[0].prepared.request.headers)
         try:
             try:
-                answer = await self._stub.OnBulkTopicEvent(
-                    request, timeout=self._app.timeout_s, metadata=metadata)
+                answer = await self._stub.OnBulkTopicEvent(request, metadata=metadata)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
                     raise
                 answer = await AppCallbackAlphaStub(self._channel).OnBulkTopicEventAlpha1(
-                    request, timeout=self._app.timeout_s, metadata=metadata)
+                    request, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             return self._rpc_error(exc, request.id)
         return {entry.entry_id: _bulk_status(entry.status, entry.entry_id)
@@ -123,8 +123,6 @@ class GrpcAppChannel:
             return Outcome(Kind.ACK, None, reason[:300])
         if code is grpc.StatusCode.UNAVAILABLE and _never_connected(exc):
             return Outcome.release(f"{NOT_REACHABLE}: gRPC UNAVAILABLE: {exc.details()}"[:300])
-        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            return Outcome.retry(f"app did not answer within {self._app.timeout_s:g}s")
         return Outcome.retry(f"app returned gRPC {code.name}: {exc.details()}"[:300])
 
 
