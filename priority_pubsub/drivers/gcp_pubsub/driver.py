@@ -334,17 +334,24 @@ class PubSubDriver:
                               return_immediately=wait_s <= 0)
         timeout = wait_s + PULL_DEADLINE_MARGIN_S if wait_s > 0 else self.options.call_timeout_s
         self.pull_calls += 1
+        number = self.pull_calls
+        log.debug("pubsub pull", queue=sub.name, pull=number, count=count, wait_s=wait_s)
         try:
             with _sdk_errors(f"pull {sub.name}"):
                 response: PullResponse = await _wrap_errors(self._sub.transport.pull)(
                     request, timeout=timeout, metadata=sub.metadata
                 )
         except DriverError as exc:
+            log.debug("pubsub pull ended", queue=sub.name, pull=number, error=str(exc))
             if wait_s > 0 and isinstance(exc.__cause__, gexc.DeadlineExceeded):
                 return []  # the broker had nothing before our deadline: an empty answer
             raise
         received_ms = now_ms()
-        return [self._message(sub, item, received_ms) for item in response.received_messages]
+        messages = [self._message(sub, item, received_ms) for item in response.received_messages]
+        if messages:  # the wire trace: which ack id each delivery got (a lost message's story)
+            log.debug("pubsub pulled", queue=sub.name, pull=number,
+                      deliveries=[[m.id, m.attempt, m.lease.token] for m in messages])
+        return messages
 
     async def _relist(self, sub: _Subscription, messages: list[Message]) -> None:
         """Re-lease a fresh batch to ``lease.duration_s`` (differs from the subscription's)."""
@@ -440,12 +447,15 @@ class PubSubDriver:
 
     async def _modack_path(self, path: str, ack_ids: Sequence[str], seconds: int) -> None:
         self.calls["modify_ack_deadline"] += 1
+        log.debug("pubsub modify_ack_deadline", subscription=path, seconds=seconds,
+                  ack_ids=list(ack_ids))
         await self._call("modify_ack_deadline", self._sub.modify_ack_deadline(
             subscription=path, ack_ids=list(ack_ids), ack_deadline_seconds=seconds,
             timeout=self.options.call_timeout_s), settling=True)
 
     async def _acknowledge(self, path: str, ack_ids: Sequence[str]) -> None:
         self.calls["acknowledge"] += 1
+        log.debug("pubsub acknowledge", subscription=path, ack_ids=list(ack_ids))
         await self._call("ack", self._sub.acknowledge(
             subscription=path, ack_ids=list(ack_ids), timeout=self.options.call_timeout_s),
             settling=True)
