@@ -7,6 +7,7 @@ daprd sends) — and, after it, the app channel that carries the request (HTTP, 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
@@ -44,9 +45,16 @@ class Prepared:
     entry ``contentType``: ``BulkMessageEntry.ContentType``)."""
 
 
+class NeverSent(asyncio.CancelledError):
+    """A cancelled ``deliver`` whose request had not left for the app (a bulk entry still in
+    its filling batch): the caller hands the message back unseen, not as an attempt."""
+
+
 class AppChannel(Protocol):
     """Carries one prepared request to the app and reads its answer: the HTTP forwarder or
-    the gRPC ``AppCallback`` client. Every failure is an ``Outcome``, never an exception."""
+    the gRPC ``AppCallback`` client. Every failure is an ``Outcome``, never an exception;
+    cancelled, ``deliver`` raises ``NeverSent`` where it knows the app never got the request
+    (else the cancellation as it is: the app may have it)."""
 
     async def start(self) -> None: ...
 

@@ -13,7 +13,8 @@ A delivery's timeout is this cancel fired by a timer: ``queues[].timeout_s``, el
 from the monitor, a shutdown that settles the deliveries past their time — finds it in
 ``Running`` (by queue and message id, as the monitor lists them) and calls ``cancel`` with
 its own outcome. A shutdown's cancellation of the worker task is not such a cancel: the
-worker hands the message back unseen (``worker.SHUTDOWN_REASON``).
+worker returns the message at once (``worker.stopped``: a counted retry if the request had
+left for the app, never past the last attempt; else a release, uncounted).
 
 The request runs in the worker's own task (a task per delivery was a visible cost in the
 sidecar's profile): ``cancel`` cancels that task, and ``send`` tells its own cancellation

@@ -14,7 +14,9 @@ opens it again. The take runs in the receive loop's own task and a pause cancels
 take: at concurrency 1, per message). The app gate (``app.gate.AppGate``) pauses and resumes
 it as the app comes and goes, and sets how many messages may be in hand (``capacity``: the
 effective concurrency). ``stop()`` stops taking, lets in-flight tasks finish for
-``shutdown.grace_s``, then cancels the rest: cancelled workers return their messages at once.
+``shutdown.grace_s``, then cancels the rest: cancelled workers return their messages at once
+(``worker.stopped``: a counted retry if the app had the message, never past the last attempt,
+else a release), and what a cancelled take held goes back unseen (``STOPPING_REASON``).
 """
 
 from __future__ import annotations
@@ -26,14 +28,13 @@ from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.core.message import Message
 from priority_pubsub.delivery.dispatcher import Dispatcher
-from priority_pubsub.delivery.worker import Worker
+from priority_pubsub.delivery.worker import STOPPING_REASON, Worker
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver
 
 log = get_logger("priority_pubsub.sidecar")
 PAUSED_REASON = "receiver paused: returned unseen"
-STOPPING_REASON = "sidecar shutting down: returned unseen"
 RETAKE_REASON = "queues paused or resumed by an operator: returned unseen"
 
 

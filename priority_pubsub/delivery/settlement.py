@@ -26,6 +26,10 @@ class Verb(enum.StrEnum):
     """Only for drivers that settle a drop their own way (``delivery.DropHandler``)."""
 
 
+LAST_ATTEMPT_KEPT = "its last attempt: released, not dead-lettered for the stop"
+"""What a stop-cut retry's reason adds at the limit (``plan_settlement``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Settlement:
     """One settle: the driver ``verb`` (with ``delay_s``) and what the journal will say."""
@@ -44,7 +48,9 @@ def admit(attempt: int, policy: RetryConfig, *, releases_counted: bool) -> Outco
     Service Bus: ``releases_count_as_attempts``) a message only ever handed back unseen
     would otherwise die without the app seeing it. There it is delivered once more and the
     answer decides (``plan_settlement`` dead-letters a retry at the limit); those brokers'
-    own max-delivery policies bound a crash loop.
+    own max-delivery policies bound a crash loop. Elsewhere a count past the limit never
+    comes from a stop (``plan_settlement`` releases a stop-cut last attempt) but from
+    deliveries that ended unsettled (a crash, a lapsed lease): refusing bounds that loop.
     """
     if attempt > policy.max_attempts and not releases_counted:
         return Outcome.dead(f"max attempts ({policy.max_attempts}) exceeded before delivery")
@@ -63,7 +69,12 @@ def plan_settlement(
     """The one settle for ``outcome`` of delivery ``attempt``.
 
     ``shutting_down``: the attempt was cut short by shutdown; it goes back at once and a
-    retry then never turns into a dead letter (the app did not get to answer).
+    retry then never turns into a dead letter (the app did not get to answer). A retry so cut
+    short counts its attempt (the app had the message), but never past the limit: at its last
+    attempt it goes back as a release, uncounted where the broker can (local, Redis,
+    RabbitMQ), so its next delivery is still within ``max_attempts``, reaches the app and the
+    answer decides; counted, that delivery would be past the limit and ``admit`` would
+    dead-letter it unseen, for the stop alone.
     ``drop_handled``: the driver settles a drop itself (daprd's per-subscription
     dead-letter topics), else a drop goes where a dead letter goes.
     """
@@ -72,6 +83,8 @@ def plan_settlement(
         delay_s = 0.0 if shutting_down else outcome.delay_s or 0.0
         return Settlement(kind, Verb.RELEASE, delay_s, reason, status)
     if kind is Kind.RETRY:
+        if shutting_down and attempt >= policy.max_attempts:
+            return Settlement(kind, Verb.RELEASE, 0.0, f"{reason}; {LAST_ATTEMPT_KEPT}", status)
         if shutting_down:
             return Settlement(kind, Verb.RETRY, 0.0, reason, status)
         if attempt < policy.max_attempts:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from priority_pubsub.app.gate import AppGate
-from priority_pubsub.app.request import AppChannel, Delivery, NativeDelivery
+from priority_pubsub.app.request import AppChannel, Delivery, NativeDelivery, NeverSent
 from priority_pubsub.core.errors import TransformError
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
@@ -32,6 +32,10 @@ from priority_pubsub.transforms.base import Payload, TransformChain
 
 log = get_logger("priority_pubsub.delivery")
 SHUTDOWN_REASON = "sidecar shutting down: returned to the queue"
+"""A delivery the stop cut short while the app had it: a retry at once, counted."""
+STOPPING_REASON = "sidecar shutting down: returned unseen"
+"""A message the stop found before it reached the app: released, uncounted where the
+broker can (the receiver's abandoned take says the same)."""
 
 
 @dataclass(slots=True)
@@ -43,6 +47,15 @@ class Attempt:
     payload: Payload | None = None
     """The transformed payload, for the transforms' settle hooks (claim checks); None when
     there are no transforms (nothing to call after the settle)."""
+
+
+def stopped(attempt: Attempt, cancel: asyncio.CancelledError) -> Outcome:
+    """What an attempt the stop cancelled settles as (with ``shutting_down``: at once, never
+    a dead letter): a retry when its request had left for the app, which counts the attempt;
+    a release when it had not (before the send, or a ``NeverSent`` bulk entry)."""
+    if attempt.forwarded_ms is None or isinstance(cancel, NeverSent):
+        return Outcome.release(STOPPING_REASON)
+    return Outcome.retry(SHUTDOWN_REASON)
 
 
 class Worker:
@@ -77,7 +90,8 @@ class Worker:
                                  if q.timeout_s is not None}
 
     async def handle(self, message: Message, answered: Callable[[], None] = lambda: None) -> None:
-        """Run one attempt to its settled end. Cancellation returns the message at once.
+        """Run one attempt to its settled end. Cancellation (the stop, past its grace period)
+        returns the message at once (``stopped``).
 
         ``answered`` is called once the app is done with the message (it answered, or the
         attempt ended without reaching it), before the settle: the receiver counts the
@@ -88,8 +102,8 @@ class Worker:
         keeper.start()
         try:
             attempt.outcome = await self._decide(attempt)
-        except asyncio.CancelledError:
-            attempt.outcome = Outcome.retry(SHUTDOWN_REASON)
+        except asyncio.CancelledError as stop:
+            attempt.outcome = stopped(attempt, stop)
             await keeper.stop()
             await asyncio.shield(self._settle(attempt, shutting_down=True))
             raise

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.delivery.settlement import Settlement, Verb, admit, plan_settlement
+from priority_pubsub.delivery.settlement import (
+    LAST_ATTEMPT_KEPT,
+    Settlement,
+    Verb,
+    admit,
+    plan_settlement,
+)
 from priority_pubsub.settings.config import RetryConfig
 
 POLICY = RetryConfig(max_attempts=3, initial_delay_s=2, max_delay_s=5)
@@ -30,9 +36,30 @@ def test_plan_settlement(outcome: Outcome, attempt: int, expected: Settlement) -
     assert plan_settlement(outcome, attempt, POLICY) == expected
 
 
-def test_a_shutdown_returns_at_once_and_never_dead_letters() -> None:
-    planned = plan_settlement(Outcome.retry("shutting down"), 3, POLICY, shutting_down=True)
-    assert planned == Settlement(Kind.RETRY, Verb.RETRY, 0.0, "shutting down")
+@pytest.mark.parametrize(("attempt", "verb", "reason"), [
+    (1, Verb.RETRY, "shutting down"),
+    (2, Verb.RETRY, "shutting down"),
+    # the last attempt, or past it where releases count (SQS, Pub/Sub, Service Bus): never
+    # counted past the limit, where admit would dead-letter the next delivery unseen
+    (3, Verb.RELEASE, f"shutting down; {LAST_ATTEMPT_KEPT}"),
+    (5, Verb.RELEASE, f"shutting down; {LAST_ATTEMPT_KEPT}"),
+])
+def test_a_shutdown_returns_at_once_and_never_dead_letters(
+    attempt: int, verb: Verb, reason: str
+) -> None:
+    planned = plan_settlement(Outcome.retry("shutting down"), attempt, POLICY,
+                              shutting_down=True)
+    assert planned == Settlement(Kind.RETRY, verb, 0.0, reason)
+    if attempt <= POLICY.max_attempts:  # where the count is exact: delivered once more
+        next_attempt = attempt + 1 if verb is Verb.RETRY else attempt
+        assert admit(next_attempt, POLICY, releases_counted=False) is None
+
+
+def test_a_shutdown_releases_what_the_app_never_saw_at_once() -> None:
+    """Unseen, even past a Retry-After the release carried: the stop does not wait."""
+    planned = plan_settlement(Outcome.release("unseen", delay_s=9), 3, POLICY,
+                              shutting_down=True)
+    assert planned == Settlement(Kind.RELEASE, Verb.RELEASE, 0.0, "unseen")
 
 
 @pytest.mark.parametrize("outcome", [Outcome.dead("fatal"), Outcome.drop("404")])

@@ -14,11 +14,14 @@ from typing import Any
 import pytest
 
 from priority_pubsub.app.channel import build_channel
+from priority_pubsub.app.channel.bulk import Batch, BulkChannel, BulkSettings
+from priority_pubsub.app.request import Prepared
 from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.core.outcome import Outcome
+from priority_pubsub.delivery.settlement import LAST_ATTEMPT_KEPT
 from priority_pubsub.delivery.settler import Settler
-from priority_pubsub.delivery.worker import Worker
+from priority_pubsub.delivery.worker import SHUTDOWN_REASON, STOPPING_REASON, Worker
 from priority_pubsub.settings.config import validate_config
 from priority_pubsub.telemetry.journal import JournalWriter, read_journal_lines
 from priority_pubsub.telemetry.metrics import Metrics
@@ -217,3 +220,112 @@ async def test_a_hung_app_is_cut_off_at_the_timeout_and_the_message_retried(
     [record] = read_journal_lines(path)[0]
     assert (record["outcome"], record["attempt"], record["reason"]) == (
         "retry", 1, "timeout: app did not answer within 0.5s")
+
+
+class HeldByTheApp:
+    """An app channel whose app takes the request and never answers."""
+
+    def __init__(self) -> None:
+        self.reached = asyncio.Event()
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def deliver(self, prepared: Prepared) -> Outcome:
+        self.reached.set()
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
+
+
+class StuckTransform:
+    """An async transform that never ends (a claim check's fetch that hangs)."""
+
+    name = "stuck"
+
+    def __init__(self) -> None:
+        self.reached = asyncio.Event()
+
+    async def apply(self, payload: Payload) -> Payload:
+        self.reached.set()
+        await asyncio.Event().wait()
+        return payload
+
+
+def journaled(directory: Path) -> list[tuple[str, int, str]]:
+    [path] = directory.glob("journal-*.jsonl")
+    return [(r["outcome"], r["attempt"], r["reason"]) for r in read_journal_lines(path)[0]]
+
+
+async def stop_when(reached: asyncio.Event, subject: Worker, held: Message) -> None:
+    """Run ``held`` through ``subject`` and cancel it (the stop past its grace period) once
+    it got as far as ``reached``."""
+    task = asyncio.create_task(subject.handle(held))
+    await asyncio.wait_for(reached.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.parametrize(("attempt", "call", "reason"), [
+    (1, ("retry", 0.0), SHUTDOWN_REASON),
+    (2, ("retry", 0.0), SHUTDOWN_REASON),
+    (3, ("release", 0.0), f"{SHUTDOWN_REASON}; {LAST_ATTEMPT_KEPT}"),
+])
+async def test_a_stop_returns_what_the_app_had_at_once_counted_never_past_the_limit(
+    attempt: int, call: tuple[str, float], reason: str, tmp_path: Path
+) -> None:
+    """Issue 42 item 4: the app had it, so the attempt counts; but at the last one
+    (``retry.max_attempts`` 3) a counted return would make the next delivery the fourth,
+    which ``admit`` dead-letters before the app sees it: there it goes back uncounted."""
+    journal = JournalWriter(tmp_path, rotate_mb=1)
+    journal.start()
+    driver = RecordingDriver()
+    subject = worker(driver, journal)
+    subject._forwarder = app = HeldByTheApp()
+    await stop_when(app.reached, subject, message(attempt))
+    await journal.close()
+    assert driver.calls == [call]
+    assert journaled(tmp_path) == [("retry", attempt, reason)]
+
+
+async def test_a_stop_before_the_app_got_the_message_releases_it_unseen(
+    tmp_path: Path
+) -> None:
+    journal = JournalWriter(tmp_path, rotate_mb=1)
+    journal.start()
+    driver = RecordingDriver()
+    subject = worker(driver, journal)
+    subject._chain = TransformChain([stuck := StuckTransform()])
+    subject._forwarder = app = HeldByTheApp()
+    await stop_when(stuck.reached, subject, message(2))
+    await journal.close()
+    assert not app.reached.is_set()
+    assert driver.calls == [("release", 0.0)]
+    assert journaled(tmp_path) == [("release", 2, STOPPING_REASON)]
+
+
+class NoBulkAnswer:
+    async def deliver_bulk(self, batch: Batch) -> dict[str, Outcome] | Outcome:
+        raise AssertionError("the batch was never to be sent")
+
+
+async def test_a_stop_releases_a_bulk_entry_whose_batch_was_not_sent(tmp_path: Path) -> None:
+    """Dapr's bulk subscriptions: an entry waits in its batch (``maxAwaitDurationMs``) with
+    its worker; stopped there, the app never saw it: released, uncounted."""
+    journal = JournalWriter(tmp_path, rotate_mb=1)
+    journal.start()
+    driver = RecordingDriver()
+    subject = worker(driver, journal)
+    inner = HeldByTheApp()
+    subject._forwarder = BulkChannel(inner, NoBulkAnswer(), {"q": BulkSettings(10, 60)},
+                                     has_room=lambda: True)
+    task = asyncio.create_task(subject.handle(message(3)))
+    await asyncio.to_thread(wait_until, lambda: len(subject.running) == 1, 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await journal.close()
+    assert not inner.reached.is_set()
+    assert driver.calls == [("release", 0.0)]
+    assert journaled(tmp_path) == [("release", 3, STOPPING_REASON)]

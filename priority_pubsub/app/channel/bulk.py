@@ -18,7 +18,8 @@ worker is free to add another (the receiver has no room: waiting could not fill 
 take join their batch before it goes). The receiver takes highest priority first, so
 a freed worker goes to a higher topic's batch before a lower one's, and a batch never waits
 on another topic. A delivery cut short (its timeout: ``delivery.cancel``) leaves its batch;
-a sent batch that every entry has left is cancelled.
+a sent batch that every entry has left is cancelled. An entry that leaves before its batch
+was sent raises ``NeverSent``: a stop hands its message back unseen, uncounted.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from priority_pubsub.app.request import AppChannel, Prepared
+from priority_pubsub.app.request import AppChannel, NeverSent, Prepared
 from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.telemetry.logs import get_logger
 
@@ -170,20 +171,23 @@ class BulkChannel:
         try:
             return await asyncio.shield(entry.answer)
         except asyncio.CancelledError:
-            self._leave(key, batch, entry)
+            if self._leave(key, batch, entry):
+                raise NeverSent from None
             raise
 
-    def _leave(self, key: tuple[str, str], batch: Batch, entry: Entry) -> None:
+    def _leave(self, key: tuple[str, str], batch: Batch, entry: Entry) -> bool:
         """A cancelled delivery's entry leaves its batch: not sent yet, the app never sees
-        it; sent, the batch's request is cancelled once every entry has left (nobody waits
-        for its answer: the app sees it cancelled, as a single delivery's)."""
+        it (True: its worker hands the message back unseen, ``NeverSent``); sent, the
+        batch's request is cancelled once every entry has left (nobody waits for its answer:
+        the app sees it cancelled, as a single delivery's)."""
         if self._filling.get(key) is batch:
             if entry in batch.entries:
                 batch.entries.remove(entry)
-            return
+            return True
         entry.left = True
         if batch.sending is not None and all(e.left for e in batch.entries):
             batch.sending.cancel()
+        return False
 
     def _send_unless_joined(self, key: tuple[str, str], batch: Batch) -> None:
         """No worker is free to bring another entry: send, but only once the messages taken
