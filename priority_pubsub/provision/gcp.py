@@ -10,7 +10,9 @@ So every subscription gets one:
   ``max_delivery_attempts`` = ``retry.max_attempts`` + ``RELEASE_MARGIN`` clamped to Pub/Sub's
   5..100, so the sidecar dead-letters first, with a reason;
 * retry policy from ``retry.initial_delay_s`` / ``retry.max_delay_s`` (clamped to 0..600 s):
-  what Pub/Sub applies when a lease simply runs out;
+  what Pub/Sub applies when a lease simply runs out. Not on the emulator, whose retry policy
+  loses messages (``names.EMULATOR_RETRY_POLICY_BUG``): there a subscription gets none, and
+  ``--update`` removes one it has;
 * the dead-letter topic, and a subscription of the same id on it: Pub/Sub discards messages
   published to a topic nobody subscribes to, and a dead letter must be kept.
 
@@ -37,7 +39,12 @@ from google.pubsub_v1 import PublisherClient, SubscriberClient
 from google.pubsub_v1.types import DeadLetterPolicy, RetryPolicy, Subscription
 
 from priority_pubsub.drivers.base import map_errors
-from priority_pubsub.drivers.gcp_pubsub.names import map_error, resource_path
+from priority_pubsub.drivers.gcp_pubsub.names import (
+    EMULATOR_RETRY_POLICY_BUG,
+    map_error,
+    on_emulator,
+    resource_path,
+)
 from priority_pubsub.provision.plan import Action, Mode, Verb, decide, to_change
 
 if TYPE_CHECKING:
@@ -60,8 +67,9 @@ class SubscriptionSpec:
     ack_deadline_s: int
     dead_letter_topic: str
     max_delivery_attempts: int
-    min_backoff_s: int
-    max_backoff_s: int
+    min_backoff_s: int | None
+    max_backoff_s: int | None
+    """Both None: no retry policy (the emulator's)."""
 
 
 def specs_from_settings(settings: Settings) -> list[SubscriptionSpec]:
@@ -71,6 +79,10 @@ def specs_from_settings(settings: Settings) -> list[SubscriptionSpec]:
     retry = settings.retry
     attempts = min(MAX_DELIVERY_ATTEMPTS,
                    max(MIN_DELIVERY_ATTEMPTS, retry.max_attempts + RELEASE_MARGIN))
+    backoff: tuple[int | None, int | None] = (None, None) if on_emulator() else (
+        min(MAX_BACKOFF_S, math.ceil(retry.initial_delay_s)),
+        min(MAX_BACKOFF_S, max(math.ceil(retry.max_delay_s), math.ceil(retry.initial_delay_s))),
+    )
     specs = []
     for queue in settings.queue_names:
         path = resource_path(queue, "subscriptions", project)
@@ -82,9 +94,8 @@ def specs_from_settings(settings: Settings) -> list[SubscriptionSpec]:
             ack_deadline_s=min(600, max(10, math.ceil(settings.lease.duration_s))),
             dead_letter_topic=resource_path(dead, "topics", project),
             max_delivery_attempts=attempts,
-            min_backoff_s=min(MAX_BACKOFF_S, math.ceil(retry.initial_delay_s)),
-            max_backoff_s=min(MAX_BACKOFF_S, max(math.ceil(retry.max_delay_s),
-                                                 math.ceil(retry.initial_delay_s))),
+            min_backoff_s=backoff[0],
+            max_backoff_s=backoff[1],
         ))
     return specs
 
@@ -209,12 +220,14 @@ def _seconds(value: Any) -> int | None:
 
 
 def _subscription(spec: SubscriptionSpec) -> Subscription:
+    retry = None if spec.min_backoff_s is None or spec.max_backoff_s is None else RetryPolicy(
+        minimum_backoff=duration_pb2.Duration(seconds=spec.min_backoff_s),
+        maximum_backoff=duration_pb2.Duration(seconds=spec.max_backoff_s))
     return Subscription(
         name=spec.path, topic=spec.topic, ack_deadline_seconds=spec.ack_deadline_s,
         dead_letter_policy=DeadLetterPolicy(dead_letter_topic=spec.dead_letter_topic,
                                             max_delivery_attempts=spec.max_delivery_attempts),
-        retry_policy=RetryPolicy(minimum_backoff=duration_pb2.Duration(seconds=spec.min_backoff_s),
-                                 maximum_backoff=duration_pb2.Duration(seconds=spec.max_backoff_s)),
+        retry_policy=retry,
     )
 
 
@@ -239,7 +252,9 @@ def provision_pubsub(settings: Settings, mode: Mode) -> tuple[list[Action], list
             close: Callable[[], None] = client.transport.close
             close()
     notes = []
-    if not os.environ.get("PUBSUB_EMULATOR_HOST"):
+    if on_emulator():
+        notes.append(f"emulator: subscriptions get no retry policy: {EMULATOR_RETRY_POLICY_BUG}")
+    else:
         notes.append(SERVICE_AGENT_NOTE.format(
             topics=", ".join(sorted({_short(s.dead_letter_topic) for s in specs})),
             subscriptions=", ".join(_short(s.path) for s in specs)))

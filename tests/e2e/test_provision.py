@@ -252,3 +252,47 @@ def test_provisioned_subscriptions_count_attempts_so_max_attempts_holds(
     assert "max attempts (3) reached" in letter.message.attributes["dead_letter_reason"]
     assert [r["outcome"] for r in journal_records(tmp_path / "journal")] == \
         ["retry", "retry", "dead"]
+
+
+@pytest.mark.gcp
+def test_the_emulator_gets_no_retry_policy_and_one_it_has_is_drift_and_removed(
+    tmp_path: Path, app: RecordingApp, pubsub_emulator: Emulator
+) -> None:
+    """The emulator's retry policy stops a subscription redelivering for good (issue 39):
+    provision makes none there, reports one a subscription has, ``--update`` removes it,
+    and the driver warns about it at start. Google's service gets its policy (unit test)."""
+    from google.pubsub_v1.types import RetryPolicy, Subscription
+
+    uid = uuid.uuid4().hex[:10]
+    fresh, old = f"fresh-{uid}", f"old-{uid}"
+    config = sidecar_config(tmp_path, app.url, {"type": "gcp_pubsub", "project": PROJECT},
+                            [fresh, old], lease={"duration_s": 10})
+    path = write_config(tmp_path, config)
+    publisher, subscriber = PublisherClient(), SubscriberClient()
+    try:
+        publisher.create_topic(name=f"projects/{PROJECT}/topics/{old}")
+        subscriber.create_subscription(request=Subscription(
+            name=f"projects/{PROJECT}/subscriptions/{old}",
+            topic=f"projects/{PROJECT}/topics/{old}", ack_deadline_seconds=10,
+            retry_policy=RetryPolicy()))
+        code, planned = actions(path)
+        rows = {(a["resource"], a["setting"]): a for a in planned}
+        assert code == 3
+        assert rows[(f"pubsub subscription {old}", "retry_minimum_backoff_s")]["action"] == \
+            "drift"
+        assert "emulator: subscriptions get no retry policy" in provision(path)[1]
+        sidecar = start_sidecar(tmp_path, config, name="warned")
+        assert sidecar.stop() == 0
+        assert "retry policy can stop a subscription redelivering" in sidecar.logs()
+        assert provision(path, "--update")[0] == 0
+        for name in (fresh, old):
+            found = subscriber.get_subscription(
+                subscription=f"projects/{PROJECT}/subscriptions/{name}")
+            assert "retry_policy" not in found, name
+    finally:
+        for client in (publisher, subscriber):
+            close: Callable[[], None] = client.transport.close
+            close()
+    sidecar = start_sidecar(tmp_path, config, name="quiet")
+    assert sidecar.stop() == 0
+    assert "retry policy can stop" not in sidecar.logs()

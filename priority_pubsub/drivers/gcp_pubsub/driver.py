@@ -88,7 +88,13 @@ from priority_pubsub.drivers.base import (
     own_options,
 )
 from priority_pubsub.drivers.batching import MicroBatcher
-from priority_pubsub.drivers.gcp_pubsub.names import is_path, map_error, resource_path
+from priority_pubsub.drivers.gcp_pubsub.names import (
+    EMULATOR_RETRY_POLICY_BUG,
+    is_path,
+    map_error,
+    on_emulator,
+    resource_path,
+)
 from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
@@ -161,6 +167,7 @@ class _Subscription:
     ack_deadline_s: int
     policy_dead_letter_topic: str | None
     metadata: tuple[tuple[str, str], ...] = ()
+    retry_policy: bool = False
 
 
 
@@ -224,6 +231,9 @@ class PubSubDriver:
                 "attempts: every delivery counts as attempt 1, retry.max_attempts is not "
                 "enforced", subscriptions=without,
             )
+        if on_emulator() and (retrying := [s.name for s in self._subs.values() if s.retry_policy]):
+            log.warning(f"{EMULATOR_RETRY_POLICY_BUG}; remove it (provision --update does)",
+                        subscriptions=retrying)
 
     async def close(self) -> None:
         if pulls := {*self._parked.values(), *self._unowned}:
@@ -254,7 +264,7 @@ class PubSubDriver:
         policy = found.dead_letter_policy.dead_letter_topic or None
         routing = _routing_metadata((("subscription", path),))
         return _Subscription(queue, path, found.topic, found.ack_deadline_seconds, policy,
-                             (routing,))
+                             (routing,), retry_policy="retry_policy" in found)
 
     # -- consuming -------------------------------------------------------------------------
 

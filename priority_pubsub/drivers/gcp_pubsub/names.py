@@ -7,6 +7,7 @@ broker. Users may write a bare id (``tasks-high``) or a full path
 
 from __future__ import annotations
 
+import os
 import re
 
 from google.api_core import exceptions as gexc
@@ -27,6 +28,21 @@ _TRANSIENT: tuple[type[Exception], ...] = (
     gexc.Unknown,
     gexc.RetryError,
 )
+
+
+EMULATOR_RETRY_POLICY_BUG = (
+    "the Pub/Sub emulator's retry policy can stop a subscription redelivering for good: once "
+    "two delayed messages share a backoff slot it schedules one twice, the second nack fails "
+    "and no nacked or expired message of that subscription ever comes back"
+)
+"""Why the emulator gets no retry policy (seen in cloud-pubsub-emulator 0.8.20: a
+NullPointerException in ``MessageBacklog.nackMessage`` ends the subscription's redelivery
+task; Google's service is not affected)."""
+
+
+def on_emulator() -> bool:
+    """Whether the SDK talks to the emulator (``PUBSUB_EMULATOR_HOST``), not to Google."""
+    return bool(os.environ.get("PUBSUB_EMULATOR_HOST"))
 
 
 def resource_path(name: str, kind: str, project: str | None) -> str:
