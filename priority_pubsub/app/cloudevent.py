@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from priority_pubsub.core import json_text
+from priority_pubsub.core import baggage, json_text
 from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.message import Message
 from priority_pubsub.transforms.base import Payload
@@ -23,6 +23,9 @@ EVENT_TYPE = "com.priority-pubsub.message"
 DEFAULT_PUBSUB_NAME = "pubsub"
 """``app.pubsub_name``'s default: the name native mode gives its one pub/sub."""
 PUBSUB_NAME_HEADER = "pubsubname"
+TRACE_HEADERS = ("traceparent", "tracestate", baggage.HEADER)
+"""What an event carries of its publisher's W3C context, restored as headers on delivery:
+``baggage`` too, which daprd up to 1.18 drops at the queue (dapr #10302; #10385's design)."""
 _REQUIRED = ("specversion", "id", "source", "type")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _UNSAFE_IN_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
@@ -119,11 +122,11 @@ def build_request(
     if delivery == "raw":
         headers["Content-Type"] = payload.content_type or "application/octet-stream"
         if event is not None:
-            adjusted += _copy_trace_headers(event, headers)
+            adjusted += copy_trace_headers(event, headers)
         return AppRequest(payload.body, headers, event, adjusted)
     if event is None:
         event = wrap_cloudevent(message, payload, parsed, pubsub_name=pubsub_name)
-    adjusted += _copy_trace_headers(event, headers)
+    adjusted += copy_trace_headers(event, headers)
     headers["Content-Type"] = CLOUDEVENT_CONTENT_TYPE
     try:
         body = json_text.encode(_with_extensions(event, message))
@@ -187,12 +190,14 @@ def is_expired(event: dict[str, Any] | None, now: datetime) -> bool:
     return expiration <= now
 
 
-def _copy_trace_headers(event: dict[str, Any], headers: dict[str, str]) -> tuple[str, ...]:
-    """Trace headers from the event. One holding a character a header cannot carry is left
-    out (and named in the result): it is not a valid W3C value, so a tracer would ignore it,
-    and an altered one would name a different trace. The event keeps it as it was."""
+def copy_trace_headers(event: Mapping[str, Any], headers: dict[str, str]) -> tuple[str, ...]:
+    """The event's W3C context as headers (``TRACE_HEADERS``; the gRPC channel sends them as
+    metadata, a stream carries them in the event). One holding a character a header cannot
+    carry is left out (and named in the result): it is not a valid W3C value, so a tracer
+    would ignore it, and an altered one would name a different trace or other baggage. The
+    event keeps it as it was."""
     left_out: list[str] = []
-    for name in ("traceparent", "tracestate"):
+    for name in TRACE_HEADERS:
         value = event.get(name)
         if isinstance(value, str) and value:
             if not header_safe(value):

@@ -11,7 +11,8 @@ component's ``Subscribe``) and ``postman/http/http.go`` (``Deliver``), component
   topic); that object is the event CEL rules and the expiration see, never re-serialised;
 - ``Content-Type: application/cloudevents+json``; every metadata entry of the message as a
   lower-case header (``pubsubname`` = the component's name; Service Bus ``metadata.*``);
-  ``traceparent``/``tracestate`` from the event;
+  ``traceparent``/``tracestate`` from the event, and its ``baggage`` (beyond daprd, which
+  drops it up to 1.18: dapr #10302, the header dapr #10385 restores);
 - expired events are dropped; no matching rule drops the event (to the dead-letter topic if
   the subscription has one).
 """
@@ -28,7 +29,7 @@ from typing import Any
 from priority_pubsub.app.channel.streams import StreamHub
 from priority_pubsub.app.cloudevent import (
     CLOUDEVENT_CONTENT_TYPE,
-    header_safe,
+    copy_trace_headers,
     is_expired,
     metadata_headers,
 )
@@ -163,13 +164,9 @@ class DaprDelivery:
                    if key.lower() not in _NOT_FORWARDED}
         headers, adjusted = metadata_headers(lowered, prefix="")
         trace = event.get("traceparent") or event.get("traceid")
-        state = event.get("tracestate")
-        for name, value in (("traceparent", trace), ("tracestate", state if trace else None)):
-            if isinstance(value, str) and value:
-                if header_safe(value):
-                    headers[name] = value
-                else:
-                    adjusted += (name,)
+        context = {"traceparent": trace, "tracestate": event.get("tracestate") if trace else None,
+                   "baggage": event.get("baggage")}
+        adjusted += copy_trace_headers(context, headers)
         headers["Content-Type"] = CLOUDEVENT_CONTENT_TYPE
         if self._token:
             headers["dapr-api-token"] = self._token

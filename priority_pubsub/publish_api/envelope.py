@@ -51,6 +51,10 @@ class Trace:
 
     parent: str = ""
     state: str = ""
+    baggage: str = ""
+    """Its W3C ``baggage``, checked (``core.baggage``): the event's ``baggage`` field, which
+    delivery restores as a header or metadata. daprd up to 1.18 drops it at the queue (dapr
+    #10302); this is the field dapr #10385 adds."""
 
 
 def is_raw_payload(metadata: Mapping[str, str]) -> bool:
@@ -95,10 +99,20 @@ def _go_duration_s(text: str) -> float | None:
 def build_event(body: bytes, content_type: str, *, topic: str, pubsub_name: str, source: str,
                 metadata: Mapping[str, str], trace: Trace,
                 now: datetime | None = None) -> dict[str, Any]:
-    """The event daprd publishes for ``body`` (before ``ApplyMetadata``'s expiration)."""
+    """The event daprd publishes for ``body`` (before ``ApplyMetadata``'s expiration), with
+    the publisher's baggage unless the event brings its own; none, no field."""
     now = now or datetime.now(UTC)
     if media_type(content_type) == CLOUDEVENT_JSON:
-        return _from_cloud_event(body, topic, pubsub_name, trace, now)
+        event = _from_cloud_event(body, topic, pubsub_name, trace, now)
+    else:
+        event = _wrapped(body, content_type, topic, pubsub_name, source, metadata, trace, now)
+    if trace.baggage:
+        event.setdefault("baggage", trace.baggage)
+    return event
+
+
+def _wrapped(body: bytes, content_type: str, topic: str, pubsub_name: str, source: str,
+             metadata: Mapping[str, str], trace: Trace, now: datetime) -> dict[str, Any]:
     fields = {"id": "", "source": source, "type": "", "subject": "",
               "traceid": trace.parent, "traceparent": "", "tracestate": trace.state}
     lowered = {key.lower(): value for key, value in metadata.items()}

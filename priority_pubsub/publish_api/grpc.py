@@ -1,9 +1,10 @@
 """daprd's gRPC publish API (``pkg/api/grpc/grpc.go``): ``Dapr.PublishEvent``,
 ``BulkPublishEventAlpha1`` and ``BulkPublishEvent``, ``GetMetadata``, ``SetMetadata`` and
 ``Shutdown`` on the service Dapr publishes (the ``dapr`` package's stubs); every other ``Dapr``
-method answers UNIMPLEMENTED. The token is checked as ``pkg/api/grpc/auth.go`` checks it; a
-request over ``max_body_bytes`` is refused by gRPC itself (RESOURCE_EXHAUSTED), as daprd's
-``--max-body-size`` does.
+method answers UNIMPLEMENTED. The token is checked as ``pkg/api/grpc/auth.go`` checks it, then
+``baggage`` metadata as daprd's tracing interceptor checks it (``core.baggage``:
+INVALID_ARGUMENT ``invalid baggage header: ...``); a request over ``max_body_bytes`` is refused
+by gRPC itself (RESOURCE_EXHAUSTED), as daprd's ``--max-body-size`` does.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from priority_pubsub.app.channel.streams import Stream, StreamHub, TopicRefused
+from priority_pubsub.core import baggage
 from priority_pubsub.publish_api import errors
 from priority_pubsub.publish_api.envelope import Trace
 from priority_pubsub.publish_api.metadata import SidecarMetadata
@@ -62,7 +64,7 @@ class PublishServicer(dapr_pb2_grpc.DaprServicer):
             SubscribeTopicEventsResponseInitialAlpha1,
         )
 
-        await self._authenticate(context)
+        await self._admit(context)
         first = await anext(aiter(request_iterator), None)
         if first is None or not first.HasField("initial_request"):
             await _abort(context, errors.streaming("the first message must be an initial "
@@ -97,25 +99,25 @@ class PublishServicer(dapr_pb2_grpc.DaprServicer):
 
     async def GetMetadata(self, request: GetMetadataRequest,
                           context: grpc.aio.ServicerContext[Any, Any]) -> GetMetadataResponse:
-        await self._authenticate(context)
+        await self._admit(context)
         return self._metadata.as_proto()
 
     async def SetMetadata(self, request: SetMetadataRequest,
                           context: grpc.aio.ServicerContext[Any, Any]) -> empty_pb2.Empty:
-        await self._authenticate(context)
+        await self._admit(context)
         self._metadata.set(request.key, request.value)
         return empty_pb2.Empty()
 
     async def Shutdown(self, request: ShutdownRequest,
                        context: grpc.aio.ServicerContext[Any, Any]) -> empty_pb2.Empty:
-        await self._authenticate(context)
+        await self._admit(context)
         self._shutdown()
         return empty_pb2.Empty()
 
     async def PublishEvent(
         self, request: PublishEventRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> empty_pb2.Empty:
-        await self._authenticate(context)
+        await self._admit(context)
         try:
             await self._service.publish(
                 request.pubsub_name, request.topic, request.data, request.data_content_type,
@@ -138,7 +140,7 @@ class PublishServicer(dapr_pb2_grpc.DaprServicer):
                     context: grpc.aio.ServicerContext[Any, Any]) -> BulkPublishResponse:
         from dapr.proto.runtime.v1.pubsub_pb2 import BulkPublishResponse
 
-        await self._authenticate(context)
+        await self._admit(context)
         service, topic, metadata = self._service, request.topic, dict(request.metadata)
         try:
             raw = service.check(request.pubsub_name, topic, metadata, grpc=True)
@@ -151,6 +153,15 @@ class PublishServicer(dapr_pb2_grpc.DaprServicer):
         except errors.DaprError as exc:
             await _abort(context, exc)
         return BulkPublishResponse()
+
+    async def _admit(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """daprd's interceptors, in its order: the API token, then the baggage."""
+        await self._authenticate(context)
+        try:
+            baggage.members(_baggage(context))
+        except baggage.BaggageError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"invalid baggage header: {exc}")
 
     async def _authenticate(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if not self._token:
@@ -177,7 +188,12 @@ async def _read_answers(requests: AsyncIterator[SubscribeTopicEventsRequestAlpha
 
 def _trace(context: grpc.aio.ServicerContext[Any, Any]) -> Trace:
     found = {key: str(value) for key, value in context.invocation_metadata() or ()}
-    return Trace(found.get("traceparent", ""), found.get("tracestate", ""))
+    return Trace(found.get("traceparent", ""), found.get("tracestate", ""), _baggage(context))
+
+
+def _baggage(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    return baggage.joined(str(value) for key, value in context.invocation_metadata() or ()
+                          if key == baggage.HEADER)
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: errors.DaprError
@@ -208,7 +224,8 @@ def _packed(message: Any) -> any_pb2.Any:
 
 async def start_server(servicer: PublishServicer, host: str, port: int, max_body_bytes: int
                        ) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_body_bytes)])
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", max_body_bytes),
+                                      ("grpc.max_metadata_size", baggage.HEADER_ROOM)])
     dapr_pb2_grpc.add_DaprServicer_to_server(servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:

@@ -4,7 +4,9 @@
 first call), ``GET /v1.0/metadata`` (``metadata``), ``PUT /v1.0/metadata/{key}`` and
 ``POST /v1.0/shutdown`` (stops the sidecar as SIGTERM does). ``dapr-api-token`` checked as
 daprd's middleware does (health exempt); bodies over ``max_body_bytes`` refused as daprd's
-limited reader refuses them (500, "stream too large"). Every other Dapr API answers 404.
+limited reader refuses them (500, "stream too large"). A ``baggage`` header is checked as
+daprd's tracing middleware checks it (``core.baggage``; health exempt, ahead of the token):
+400 ``invalid baggage header: ...`` as text. Every other Dapr API answers 404.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from priority_pubsub.core import baggage
 from priority_pubsub.publish_api import errors
 from priority_pubsub.publish_api.envelope import EnvelopeError, Trace, bulk_entry_bytes
 from priority_pubsub.publish_api.metadata import SidecarMetadata
@@ -35,7 +38,7 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def build_app(service: PublishService, api_token: str, max_body_bytes: int,
               metadata: SidecarMetadata, shutdown: Callable[[], None]) -> web.Application:
     app = web.Application(client_max_size=max_body_bytes,
-                          middlewares=[_token_middleware(api_token)])
+                          middlewares=[_baggage_middleware, _token_middleware(api_token)])
     # coroutine functions: aiohttp deprecates plain functions (lambdas) as handlers
     async def health(_: web.Request) -> web.Response:
         return await _health(service)
@@ -63,14 +66,33 @@ def build_app(service: PublishService, api_token: str, max_body_bytes: int,
 def _token_middleware(token: str) -> Any:
     @web.middleware
     async def check(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        exempt = request.method == "GET" and request.path.rstrip("/") in _HEALTH_PATHS
+        exempt = _is_health(request)
         given = request.headers.get("dapr-api-token", "")
         if token and not exempt and not hmac.compare_digest(given.encode(), token.encode()):
-            return web.Response(status=401, text=errors.INVALID_TOKEN_TEXT,
-                                content_type="text/plain", charset="utf-8")
+            return _text(401, errors.INVALID_TOKEN_TEXT)
         return await handler(request)
 
     return check
+
+
+@web.middleware
+async def _baggage_middleware(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """daprd's ``HTTPTraceMiddleware``: a call whose baggage OpenTelemetry cannot parse is
+    refused before anything else reads it (``http.Error``: the reason as text)."""
+    if not _is_health(request):
+        try:
+            baggage.members(_baggage(request))
+        except baggage.BaggageError as exc:
+            return _text(400, f"invalid baggage header: {exc}\n")
+    return await handler(request)
+
+
+def _is_health(request: web.Request) -> bool:
+    return request.method == "GET" and request.path.rstrip("/") in _HEALTH_PATHS
+
+
+def _text(status: int, text: str) -> web.Response:
+    return web.Response(status=status, text=text, content_type="text/plain", charset="utf-8")
 
 
 async def _health(service: PublishService) -> web.Response:
@@ -104,7 +126,12 @@ def _error(exc: errors.DaprError) -> web.Response:
 
 
 def _trace(request: web.Request) -> Trace:
-    return Trace(request.headers.get("traceparent", ""), request.headers.get("tracestate", ""))
+    return Trace(request.headers.get("traceparent", ""), request.headers.get("tracestate", ""),
+                 _baggage(request))
+
+
+def _baggage(request: web.Request) -> str:
+    return baggage.joined(request.headers.getall(baggage.HEADER, ()))
 
 
 def _publish_handler(service: PublishService, max_body_bytes: int) -> _Handler:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from priority_pubsub.app.channel.streams import StreamHub
+from priority_pubsub.core import baggage
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.publish_api.metadata import SidecarMetadata, describe
 from priority_pubsub.publish_api.service import ComponentSink, PublishService, QueueSink, Sink
@@ -134,7 +135,7 @@ async def _start_http(service: PublishService, api: PublishApiConfig,
 
     app = build_app(service, api.api_token.get_secret_value(), api.max_body_bytes, metadata,
                     shutdown)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, max_field_size=baggage.HEADER_ROOM)
     await runner.setup()
     try:
         await web.TCPSite(runner, api.host, api.http_port).start()

@@ -4,7 +4,9 @@ Each attempt gets a CONSUMER span that is a child of the event's ``traceparent``
 ``traceid``, which Dapr falls back to), carries the messaging semantic-convention attributes,
 and whose own context is what the app receives as ``traceparent`` — so the hop through the
 queue shows in the trace between the publisher and the app. The receive wait and the settle
-are span events (``received`` with the wait, ``settle`` and ``settled``).
+are span events (``received`` with the wait, ``settle`` and ``settled``). The event's W3C
+``baggage`` is the span context's OpenTelemetry baggage and shows as ``baggage.<key>``
+attributes (the app gets the header itself unchanged, from the event, not re-encoded).
 
 Off by default: enabled by a ``tracing:`` section or by ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` in the environment (``OTEL_SDK_DISABLED=true`` turns it
@@ -25,6 +27,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
+from priority_pubsub.core import baggage
 from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.message import Message
@@ -33,6 +36,7 @@ from priority_pubsub.settings.config import Settings, TracingConfig
 from priority_pubsub.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span, Tracer
@@ -126,7 +130,7 @@ class _SpanAttempt:
         from opentelemetry.trace import set_span_in_context
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        span = self._start(_parent_carrier(request.event))
+        span = self._start(request.event)
         span.set_attribute("url.full", url)
         span.set_attribute("http.request.method", "POST")
         span.add_event("forward")
@@ -141,7 +145,7 @@ class _SpanAttempt:
     def end(self, outcome: Outcome) -> None:
         from opentelemetry.trace import Status, StatusCode
 
-        span = self._span or self._start({})  # e.g. a transform error: never forwarded
+        span = self._span or self._start(None)  # e.g. a transform error: never forwarded
         if self._settle_started_ns is not None:
             span.add_event("settle", timestamp=self._settle_started_ns)
         span.add_event("settled", {"priority_pubsub.outcome": outcome.kind.value})
@@ -154,18 +158,20 @@ class _SpanAttempt:
             span.set_status(Status(StatusCode.ERROR, outcome.reason))
         span.end()
 
-    def _start(self, carrier: dict[str, str]) -> Span:
+    def _start(self, event: dict[str, Any] | None) -> Span:
         from opentelemetry.trace import SpanKind
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         message = self._message
         received_ns = message.received_ms * 1_000_000
+        carried = _baggage_of(event)
         self._span = self._tracer.start_span(
             f"process {message.queue}",
-            context=TraceContextTextMapPropagator().extract(carrier),
+            context=_parent_context(event, carried),
             kind=SpanKind.CONSUMER,
             start_time=received_ns,
             attributes={
+                # first: past the SDK's attribute limit the oldest go, so never ours
+                **{f"baggage.{key}": value for key, value in carried.items()},
                 "messaging.system": self._system,
                 "messaging.operation.type": "process",
                 "messaging.operation.name": "process",
@@ -193,6 +199,30 @@ def _parent_carrier(event: dict[str, Any] | None) -> dict[str, str]:
     if isinstance(state := event.get("tracestate"), str) and state:
         carrier["tracestate"] = state
     return carrier
+
+
+def _parent_context(event: dict[str, Any] | None, carried: dict[str, str]) -> Context:
+    """The event's trace context, holding its baggage as OpenTelemetry baggage (what span
+    processors and anything started under the span see)."""
+    from opentelemetry.baggage import set_baggage
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    context = TraceContextTextMapPropagator().extract(_parent_carrier(event))
+    for key, value in carried.items():
+        context = set_baggage(key, value, context)
+    return context
+
+
+def _baggage_of(event: dict[str, Any] | None) -> dict[str, str]:
+    """The event's baggage members, none when it has no valid one: an event published
+    elsewhere may hold anything, and a span is no place to refuse it."""
+    value = (event or {}).get(baggage.HEADER)
+    if not isinstance(value, str):
+        return {}
+    try:
+        return baggage.members(value)
+    except baggage.BaggageError:
+        return {}
 
 
 def build_tracer(settings: Settings) -> DeliveryTracer:

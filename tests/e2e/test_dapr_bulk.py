@@ -6,7 +6,8 @@ started with a daprd command line.
 - An app answering SUCCESS, RETRY, DROP and nothing in one batch: each entry settled by its
   own status (acked, retried, dropped, retried), the retried ones in a later batch.
 - The same over gRPC (``OnBulkTopicEvent``, the subscription from the app's
-  ``ListTopicSubscriptions`` with its ``bulk_subscribe`` config).
+  ``ListTopicSubscriptions`` with its ``bulk_subscribe`` config); each entry's ``baggage``
+  in its own metadata, none on the call (one entry's is not the batch's).
 - A high message published while a low batch holds every worker is in the next batch.
 - ``rawPayload`` entries carry the data as published (HTTP base64, gRPC ``bytes``).
 """
@@ -57,11 +58,14 @@ def _own_config(tmp_path: Path) -> dict[str, str]:
     return {"PRIORITY_PUBSUB_CONFIG": str(path)}
 
 
-def _publish(own_redis: OwnRedis, topic: str, orders: list[int]) -> None:
+def _publish(own_redis: OwnRedis, topic: str, orders: list[int], *,
+             baggage: bool = False) -> None:
+    """``baggage``: each event carries ``order=<n>`` as its ``baggage`` (dapr #10385)."""
     client = redis.Redis(port=own_redis.port)
     for order in orders:  # as daprd's pubsub.redis publishes: XADD topic * data <event>
+        extra = {"baggage": f"order={order}"} if baggage else {}
         client.xadd(topic, {"data": dapr_event({"orderId": order}, topic=topic,
-                                               pubsub="orderpubsub")})
+                                               pubsub="orderpubsub", **extra)})
     client.close()
 
 
@@ -172,7 +176,7 @@ def test_over_grpc_each_entry_is_settled_by_its_own_status(
         bulk_subscribe=appcallback_pb2.BulkSubscribeConfig(
             enabled=True, max_messages_count=4, max_await_duration_ms=2000))
     resources = redis_resources(tmp_path / "resources", own_redis.port, [])
-    _publish(own_redis, "orders", [0, 1, 2, 3])
+    _publish(own_redis, "orders", [0, 1, 2, 3], baggage=True)
     with GrpcApp(bulk_answer=answer, subscriptions=[subscription]) as app:
         daprd = Daprd(tmp_path, "bulk-grpc", resources, app.port, "--app-protocol", "grpc",
                       "--app-max-concurrency", "4", env=_own_config(tmp_path))
@@ -189,6 +193,11 @@ def test_over_grpc_each_entry_is_settled_by_its_own_status(
         "orderpubsub", "orders", "com.dapr.event.sent.bulk")
     # daprd's FetchEntry: the component's content type, and pubsub.redis gives none
     assert {e.content_type for e in first.entries} == {""}
+    # each entry's baggage is its own, in its metadata; none is the whole call's
+    for entry in first.entries:
+        order = json.loads(entry.cloud_event.data)["orderId"]
+        assert entry.metadata["baggage"] == f"order={order}"
+    assert "baggage" not in app.bulk_metadata[0]
     assert app.calls == []  # nothing went one by one
     assert seen == {0: 1, 1: 2, 2: 1, 3: 2}
     by_message: dict[str, list[str]] = {}

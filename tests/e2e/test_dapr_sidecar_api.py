@@ -8,7 +8,9 @@ binary name changed only; on Redis (the quickstart's ``pubsub.redis`` component)
   metadata.go`` fills it; gRPC ``GetMetadata`` the same ``GetMetadataResponse``; the API
   token as for publishing; ``POST /v1.0/shutdown`` stops the sidecar as SIGTERM does.
 - Two sidecars on one host, each on its own ``--metrics-port``, both run and deliver; a
-  publisher-only one (no ``--app-port``) serves the publish API and metadata at once.
+  publisher-only one (no ``--app-port``) serves the publish API and metadata at once. What
+  it publishes with a ``baggage`` header reaches both apps with that header (tracing on, as
+  ``dapr init`` sets it), which daprd up to 1.18 drops at the queue.
 """
 
 from __future__ import annotations
@@ -145,7 +147,8 @@ def test_two_dapr_run_sidecars_and_a_publisher_only_one_run_on_one_host(
                 wait_until(lambda s=sidecar: _ready(s.metrics_port), 30)
             for order in range(3):
                 answer = httpx.post(f"{publisher.api}/v1.0/publish/orderpubsub/orders",
-                                    json={"orderId": order}, timeout=5)
+                                    json={"orderId": order},
+                                    headers={"baggage": f"order={order}"}, timeout=5)
                 assert answer.status_code == 204, answer.text
             for app in (app_a, app_b):
                 wait_until(lambda a=app: len(_orders(a)) >= 3, 30)
@@ -158,6 +161,8 @@ def test_two_dapr_run_sidecars_and_a_publisher_only_one_run_on_one_host(
     assert all(m.status_code == 200 for m in metrics)
     for app in (app_a, app_b):  # one consumer group per app id: each app gets every order
         assert sorted(r.event["data"]["orderId"] for r in _orders(app)) == [0, 1, 2]
+        assert {r.event["data"]["orderId"]: r.headers.get("baggage") for r in _orders(app)} == {
+            order: f"order={order}" for order in range(3)}
     assert publisher_ready_s < 30  # no wait for an app that does not exist
     assert publisher_metadata["appConnectionProperties"] == {
         "protocol": "http", "channelAddress": "127.0.0.1", "maxConcurrency": 4}

@@ -232,6 +232,31 @@ def test_retry_drop_closed_stream_and_competing_streams(tmp_path: Path) -> None:
     assert by_outcome == {"retry": 1, "ack": 14, "drop": 1, "release": 2}
 
 
+def test_the_published_baggage_rides_on_the_streamed_event(tmp_path: Path) -> None:
+    """Beyond daprd up to 1.18 (dapr #10302): a streamed event is a ``TopicEventRequest`` on
+    the response stream, which has no metadata of its own per message, so the publisher's
+    baggage comes as the event's ``baggage`` extension (the CloudEvent field), as sent."""
+    baggage = "tenant=acme;ttl=60,user=J%C3%B6rg"
+    sidecar, api = _streaming_sidecar(tmp_path)
+    client = StreamClient(api["grpc_port"])
+    try:
+        wait_until(lambda: _streams_open(api) == 1, 20)
+        answer = httpx.post(f"http://127.0.0.1:{api['http_port']}/v1.0/publish/pubsub/{TOPIC}",
+                            json={"order": 1}, headers={"baggage": baggage}, timeout=5)
+        assert answer.status_code == 204, answer.text
+        carried = client.next_event()
+        client.answer(carried, TopicEventResponse.SUCCESS)
+        _publish(api, 2)
+        plain = client.next_event()
+        client.answer(plain, TopicEventResponse.SUCCESS)
+    finally:
+        client.close()
+        assert sidecar.stop() == 0, sidecar.logs()[-3000:]
+    assert (_order(carried), carried.extensions["baggage"]) == (1, baggage)
+    assert _order(plain) == 2
+    assert "baggage" not in plain.extensions
+
+
 @pytest.mark.redis
 def test_dapr_mode_publisher_only_sidecar_streams_its_subscribed_topic(
     tmp_path: Path, own_redis: OwnRedis

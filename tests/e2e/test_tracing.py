@@ -96,6 +96,23 @@ def test_one_span_per_attempt_child_of_the_events_traceparent(
     assert received[0].event["traceparent"] == TRACEPARENT
 
 
+def test_the_events_baggage_is_on_the_span_and_the_app_gets_it_as_published(
+    tmp_path: Path, app: RecordingApp, receiver: OtlpReceiver
+) -> None:
+    """Beyond daprd up to 1.18: the span shows the event's baggage as ``baggage.<key>``
+    (values decoded); the app's ``baggage`` header is the event's, not re-encoded, though
+    tracing rewrites its ``traceparent``."""
+    sent = "tenant=acme;ttl=60,user=J%C3%B6rg"
+    received, _ = _run(tmp_path, app, {"otlp_endpoint": receiver.grpc_endpoint},
+                       _event(traceparent=TRACEPARENT, baggage=sent), 1)
+    span = _span_of(received[0], receiver.wait_for(1))
+    assert span["parent_span_id"] == PARENT_ID
+    assert {k: v for k, v in span["attributes"].items() if k.startswith("baggage.")} == {
+        "baggage.tenant": "acme", "baggage.user": "Jörg"}
+    assert _header(received[0], "baggage") == sent
+    assert _header(received[0], "traceparent") != TRACEPARENT  # this hop's span, as before
+
+
 def test_a_retry_gives_two_spans_with_the_same_parent(
     tmp_path: Path, app: RecordingApp, receiver: OtlpReceiver
 ) -> None:

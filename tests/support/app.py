@@ -98,7 +98,10 @@ class RecordingApp:
         app = web.Application(client_max_size=128 * 1024 * 1024)  # claim-checked bodies
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # Tests stop the app with requests still parked in long sleeps: don't wait for them.
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        # Headers as large as a Go server takes (aiohttp's own 8190 bytes is under the
+        # largest W3C baggage, 8192).
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5,
+                                     max_field_size=64 * 1024)
         await self._runner.setup()
         # port 0: any free port; a test restarting "the same app" passes the old port
         site = web.TCPSite(self._runner, "127.0.0.1", self.port)

@@ -52,6 +52,8 @@ class GrpcApp:
         lambda _: SUCCESS)
     """A bulk entry's status, or None to leave the entry out of the answer."""
     bulk_calls: list[appcallback_pb2.TopicEventBulkRequest] = field(default_factory=list)
+    bulk_metadata: list[dict[str, str]] = field(default_factory=list)
+    """Each bulk call's gRPC metadata, as ``bulk_calls``."""
     subscriptions: list[appcallback_pb2.TopicSubscription] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     cancelled: list[Cancelled] = field(default_factory=list)
@@ -108,6 +110,8 @@ class _Servicer(appcallback_pb2_grpc.AppCallbackServicer):
     def OnBulkTopicEvent(self, request: Any, context: Any) -> Any:
         with self._app._lock:
             self._app.bulk_calls.append(request)
+            self._app.bulk_metadata.append(
+                {key: str(value) for key, value in context.invocation_metadata()})
         statuses = []
         for entry in request.entries:
             status = self._app.bulk_answer(entry)

@@ -121,6 +121,31 @@ def test_native_delivery_http_and_grpc_name_the_same_topic_and_pubsub() -> None:
     assert prepared.request.headers["pubsubname"] == prepared.target.pubsub_name == "jobs"
 
 
+def test_the_events_baggage_is_a_header_and_grpc_metadata_as_published() -> None:
+    """Beyond daprd (which drops it up to 1.18): the event's ``baggage`` restored as the
+    ``baggage`` header, raw delivery included; one a header cannot carry is left out and
+    named, the event keeping it."""
+    from priority_pubsub.app.channel.envelope import grpc_metadata
+
+    sent = "tenant=acme;ttl=60,user=J%C3%B6rg"
+    ce = {"specversion": "1.0", "id": "1", "source": "s", "type": "t", "baggage": sent}
+    for delivery in ("cloudevent", "raw"):
+        msg = message(json.dumps(ce).encode())
+        request = build_request(msg, Payload(msg.body, {}, None), delivery=delivery,
+                                api_token="")
+        assert request.headers["baggage"] == sent
+        assert ("baggage", sent) in grpc_metadata(request.headers)
+    _, headers = request_for(json.dumps({**ce, "baggage": None}).encode())
+    assert "baggage" not in headers
+    msg = message(json.dumps({**ce, "baggage": "k=v\nx"}).encode())
+    unsafe = build_request(msg, Payload(msg.body, {}, None), delivery="cloudevent",
+                           api_token="")
+    assert "baggage" not in unsafe.headers
+    assert unsafe.adjusted_headers == ("baggage",)
+    assert unsafe.event is not None
+    assert unsafe.event["baggage"] == "k=v\nx"
+
+
 def test_binary_body_goes_as_data_base64_and_text_as_string() -> None:
     event, _ = request_for(b"\x00\xffbinary")
     assert base64.b64decode(event["data_base64"]) == b"\x00\xffbinary"  # type: ignore[arg-type]

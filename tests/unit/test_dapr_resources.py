@@ -182,6 +182,23 @@ def test_delivery_keeps_the_bytes_and_routes_by_cel(tmp_path: Path) -> None:
                                         "Content-Type": "application/cloudevents+json"}
 
 
+def test_delivery_restores_the_events_baggage_as_a_header(tmp_path: Path) -> None:
+    """Beyond daprd up to 1.18 (dapr #10302): the event's ``baggage`` as the ``baggage``
+    header, with or without a trace; the body stays the bytes published."""
+    sent = "tenant=acme,user=J%C3%B6rg"
+    body = json.dumps({"specversion": "1.0", "id": "1", "source": "s", "type": "t",
+                       "traceparent": "00-a-b-01", "baggage": sent}).encode()
+    prepared = _prepare(tmp_path, body, {"route": "/o"})
+    assert isinstance(prepared, Prepared)
+    assert prepared.request.body == body
+    assert (prepared.request.headers["traceparent"], prepared.request.headers["baggage"]) == (
+        "00-a-b-01", sent)
+    untraced = _prepare(tmp_path, json.dumps({"baggage": sent}).encode(), {"route": "/o"})
+    assert isinstance(untraced, Prepared)
+    assert untraced.request.headers["baggage"] == sent
+    assert "traceparent" not in untraced.request.headers
+
+
 def test_no_route_drops_and_a_non_json_body_retries(tmp_path: Path) -> None:
     rules = {"routes": {"rules": [{"match": "event.type == 'x'", "path": "/x"}]}}
     dropped = _prepare(tmp_path, b'{"type": "y"}', rules)

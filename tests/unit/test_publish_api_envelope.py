@@ -99,6 +99,27 @@ def test_cloudevent_metadata_overrides_the_envelope_case_insensitively() -> None
     assert built["traceid"] == built["traceparent"] == "00-aa-bb-01"
 
 
+def test_the_publishers_baggage_rides_in_the_event_as_sent() -> None:
+    """dapr #10385's ``baggage`` field, byte for byte (never re-encoded); none, no field."""
+    sent = "tenant=acme;ttl=60,user=J%C3%B6rg"
+    with_baggage = Trace(TRACE.parent, TRACE.state, sent)
+    for content_type, body in (("application/json", b"{}"), ("text/plain", b"x"),
+                               ("application/cloudevents+json", b'{"id": "1", "data": 2}')):
+        built = build_event(body, content_type, topic="orders", pubsub_name="p", source="s",
+                            metadata={}, trace=with_baggage, now=NOW)
+        assert built["baggage"] == sent
+        assert serialise(built).count(b'"baggage":"tenant=acme;ttl=60,user=J%C3%B6rg"') == 1
+        assert "baggage" not in event(body, content_type)  # TRACE has none
+
+
+def test_a_cloudevent_body_keeps_its_own_baggage() -> None:
+    """As for ``tracestate``: what the publisher put in its event wins over the header."""
+    kept = build_event(b'{"baggage": "from=event"}', "application/cloudevents+json",
+                       topic="orders", pubsub_name="p", source="s", metadata={},
+                       trace=Trace(baggage="from=header"), now=NOW)
+    assert kept["baggage"] == "from=event"
+
+
 def test_ttl_becomes_expiration() -> None:
     built = event(b"{}", "application/json")
     apply_ttl(built, {"ttlInSeconds": "90"}, now=NOW)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import ClassVar
 
 import pytest
 
@@ -75,4 +76,49 @@ def test_an_unsampled_attempt_still_passes_a_child_context_to_the_app() -> None:
     assert span_id != PARENT.split("-")[2]
     trace.settling()
     trace.end(Outcome.ack(200))
+    asyncio.run(tracer.close())
+
+
+def test_the_events_baggage_is_on_the_span_and_reaches_the_app_unchanged() -> None:
+    """The span's parent context holds the event's baggage (OpenTelemetry baggage) and the
+    span shows it as ``baggage.<key>`` attributes, values decoded; the app's ``baggage``
+    header is the event's as published, never re-encoded by the propagator."""
+    from opentelemetry.baggage import get_all
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import Span, SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from priority_pubsub.telemetry.tracing import OtelDeliveryTracer
+
+    class ContextBaggage(SpanProcessor):
+        """What a processor (e.g. a baggage-to-attributes one) sees in the span's context."""
+
+        seen: ClassVar[list[dict[str, object]]] = []
+
+        def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+            self.seen.append(dict(get_all(parent_context)))
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(ContextBaggage())
+    tracer = OtelDeliveryTracer(provider, "local")
+    sent = "tenant=acme;ttl=60,user=J%C3%B6rg+Ann"
+    for event in ({"traceparent": PARENT + "-01", "baggage": sent}, {"baggage": sent},
+                  {"baggage": "not baggage"}):
+        trace = tracer.attempt(_message())
+        request = trace.inject(AppRequest(b"{}", {"baggage": sent}, event), "http://app")
+        assert request.headers["baggage"] == sent
+        trace.end(Outcome.ack(200))
+    traced, untraced, invalid = exporter.get_finished_spans()
+    for span in (traced, untraced):
+        assert span.attributes is not None
+        assert (span.attributes["baggage.tenant"], span.attributes["baggage.user"]) == (
+            "acme", "Jörg+Ann")  # W3C escapes are %XX; a + is a plus
+    assert traced.parent is not None
+    assert f"{traced.parent.trace_id:032x}" == PARENT.split("-")[1]
+    assert invalid.attributes is not None
+    assert not any(key.startswith("baggage.") for key in invalid.attributes)
+    assert ContextBaggage.seen == [{"tenant": "acme", "user": "Jörg+Ann"}] * 2 + [{}]
     asyncio.run(tracer.close())

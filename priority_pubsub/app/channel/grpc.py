@@ -30,6 +30,7 @@ from priority_pubsub.app.channel.envelope import (
     topic_event_request,
 )
 from priority_pubsub.app.request import NOT_REACHABLE, Prepared
+from priority_pubsub.core import baggage
 from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.settings.config import AppConfig
 from priority_pubsub.settings.grpc_address import grpc_target
@@ -98,7 +99,9 @@ class GrpcAppChannel:
             request = topic_event_bulk_request(batch)
         except EnvelopeError as exc:
             return Outcome.retry(f"error returned from app while processing pub/sub event: {exc}")
-        metadata = grpc_metadata(batch.entries[0].prepared.request.headers)
+        headers = batch.entries[0].prepared.request.headers
+        # one entry's baggage is not the batch's: each entry carries its own in its metadata
+        metadata = grpc_metadata({k: v for k, v in headers.items() if k != baggage.HEADER})
         try:
             try:
                 answer = await self._stub.OnBulkTopicEvent(request, metadata=metadata)
