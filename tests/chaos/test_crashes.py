@@ -1,11 +1,12 @@
-"""kill -9 under load with two replicas, on each broker in ``BROKERS``: nothing lost.
+"""kill -9 under load with two replicas, on each of the six brokers: nothing lost.
 
 Two sidecars share two queues; one is killed with SIGKILL three times while both work and
 messages are published to both queues throughout, and restarted each time. With a 2 s lease
 the killed replica's messages are taken over when their lease ends. Every message must be
 delivered and acked, none dead, none lost; a crash costs duplicates (the messages in the
 killed replica's hands), never a message. The suite is parametrised over brokers (issue 30
-extends ``BROKERS`` to all six): a broker joins by naming its topology fixture.
+extended it to all six): a broker joins by naming its topology fixture in
+``tests.support.topologies.fixtures.EVERY_BROKER``.
 """
 
 from __future__ import annotations
@@ -27,26 +28,12 @@ from tests.support.topologies.base import Topology, topology_config
 
 pytestmark = pytest.mark.chaos
 
-BROKERS = [
-    pytest.param("local_topology", marks=pytest.mark.local, id="local"),
-    pytest.param("pubsub_topology", marks=pytest.mark.gcp, id="gcp_pubsub"),
-    pytest.param("sqs_topology", marks=pytest.mark.sqs, id="sqs"),
-    pytest.param("servicebus_topology", marks=pytest.mark.azure, id="azure_servicebus"),
-    pytest.param("redis_topology", marks=pytest.mark.redis, id="redis"),
-    pytest.param("rabbitmq_topology", marks=pytest.mark.rabbitmq, id="rabbitmq"),
-]
 MESSAGES = 400
 KILLS = 3
 """Lean: six brokers share CI's 40 minutes (each run ~20-40 s here)."""
 CONCURRENCY = 4
 PUBLISH_GAP_S = 0.01
 """Publishing spreads over the whole kill schedule (~10 s and more)."""
-
-
-@pytest.fixture(params=BROKERS)
-def topology(request: pytest.FixtureRequest) -> Topology:
-    found: Topology = request.getfixturevalue(request.param)
-    return found
 
 
 def _publish_throughout(topology: Topology, queues: list[str], published: list[str]) -> None:
@@ -78,8 +65,10 @@ def _unacked(app: RecordingApp, journal: Path) -> set[str]:
 
 @pytest.mark.timeout(300)
 def test_kill_9_under_load_with_two_replicas(
-    tmp_path: Path, app: RecordingApp, report: list[Accounting], topology: Topology
+    tmp_path: Path, app: RecordingApp, report: list[Accounting],
+    topology_of_every_broker: Topology,
 ) -> None:
+    topology = topology_of_every_broker
     app.behaviour = lambda _: Reply(delay_s=0.04)
     queues = [topology.queue("high", lease_s=2), topology.queue("low", lease_s=2)]
     config = topology_config(topology, tmp_path, app.url, queues, concurrency=CONCURRENCY,

@@ -25,25 +25,11 @@ from priority_pubsub.settings.config import load_config
 from tests.support.sidecar import write_config
 from tests.support.topologies.base import Topology, topology_config
 
-BROKERS = [
-    pytest.param("local_topology", marks=pytest.mark.local, id="local"),
-    pytest.param("pubsub_topology", marks=pytest.mark.gcp, id="gcp_pubsub"),
-    pytest.param("sqs_topology", marks=pytest.mark.sqs, id="sqs"),
-    pytest.param("servicebus_topology", marks=pytest.mark.azure, id="azure_servicebus"),
-    pytest.param("redis_topology", marks=pytest.mark.redis, id="redis"),
-    pytest.param("rabbitmq_topology", marks=pytest.mark.rabbitmq, id="rabbitmq"),
-]
 COUNT = 5
 LEASE_S = {"gcp_pubsub": 10.0}
 """The lease, by driver: Pub/Sub's shortest ack deadline is 10 s; 4 s elsewhere."""
 SETTLE_S = 5.0
 """Beyond the lease: a broker's own redelivery tick and this machine's load."""
-
-
-@pytest.fixture(params=BROKERS)
-def topology(request: pytest.FixtureRequest) -> Topology:
-    found: Topology = request.getfixturevalue(request.param)
-    return found
 
 
 def _received_again(config: Path, queue: str, deadline: float) -> list[Message]:
@@ -66,8 +52,9 @@ def _received_again(config: Path, queue: str, deadline: float) -> list[Message]:
 
 @pytest.mark.timeout(120)
 def test_released_unseen_then_killed_comes_back_within_the_lease(
-    tmp_path: Path, topology: Topology
+    tmp_path: Path, topology_of_every_broker: Topology
 ) -> None:
+    topology = topology_of_every_broker
     lease_s = LEASE_S.get(topology.driver_type, 4.0)
     queue = topology.queue("handed-back", lease_s=lease_s)
     bodies = sorted(f"{n}".encode() for n in range(COUNT))

@@ -97,3 +97,22 @@ def own_redis_topology(own_redis: OwnRedis) -> RedisTopology:
     from tests.support.topologies.redis import RedisTopology
 
     return RedisTopology(own_redis.url)
+
+
+EVERY_BROKER = [
+    pytest.param("local_topology", marks=pytest.mark.local, id="local"),
+    pytest.param("pubsub_topology", marks=pytest.mark.gcp, id="gcp_pubsub"),
+    pytest.param("sqs_topology", marks=pytest.mark.sqs, id="sqs"),
+    pytest.param("servicebus_topology", marks=pytest.mark.azure, id="azure_servicebus"),
+    pytest.param("redis_topology", marks=pytest.mark.redis, id="redis"),
+    pytest.param("rabbitmq_topology", marks=pytest.mark.rabbitmq, id="rabbitmq"),
+]
+"""The six brokers' topology fixtures, each marked with its broker: a test parametrised by
+``topology_of_every_broker`` runs once per broker."""
+
+
+@pytest.fixture(params=EVERY_BROKER)
+def topology_of_every_broker(request: pytest.FixtureRequest) -> Topology:
+    """One parametrised test per broker, each on a fresh topology (``EVERY_BROKER``)."""
+    found: Topology = request.getfixturevalue(request.param)
+    return found
