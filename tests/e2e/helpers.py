@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sqlite3
 from collections import Counter
@@ -12,6 +13,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from priority_pubsub.commands.ops import publish_messages
+from priority_pubsub.delivery.settlement import LAST_ATTEMPT_KEPT
 from priority_pubsub.settings.config import load_config
 from tests.support.app import Received, RecordingApp
 from tests.support.sidecar import SidecarProcess, cli, start_sidecar
@@ -62,6 +64,20 @@ def journal_records(directory: Path, *, releases: bool = False) -> list[dict[str
                 if releases or record.get("outcome") != "release":
                     records.append(record)
     return records
+
+
+def assert_attempts_follow_the_stop_rule(history: list[dict[str, Any]], *,
+                                        releases_counted: bool) -> None:
+    """One message's journal records in order (issue 42 item 4): a retry counts one attempt,
+    except one the stop cut short at its last attempt (released: never counted past the
+    limit); a release counts none. Where the broker counts releases (SQS, Pub/Sub, Service
+    Bus) every return counts, and the broker may count more (its own hand-backs)."""
+    for before, after in itertools.pairwise(history):
+        counts = releases_counted or (before["outcome"] == "retry"
+                                      and LAST_ATTEMPT_KEPT not in (before["reason"] or ""))
+        expected = before["attempt"] + counts
+        assert (after["attempt"] >= expected if releases_counted
+                else after["attempt"] == expected), history
 
 
 def samples(metrics_text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:

@@ -10,6 +10,10 @@ started with a daprd command line.
   in its own metadata, none on the call (one entry's is not the batch's).
 - A high message published while a low batch holds every worker is in the next batch.
 - ``rawPayload`` entries carry the data as published (HTTP base64, gRPC ``bytes``).
+- SIGTERM while pushed messages and a sent batch are at the app past the grace period and
+  an entry waits for its batch to fill (issue 42 item 4): what the app had counts one attempt
+  but never past the limit, the waiting entry comes back uncounted, nothing is
+  dead-lettered.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import redis
 import yaml
 from dapr.proto.runtime.v1 import appcallback_pb2
 
-from tests.e2e.helpers import journal_records
+from priority_pubsub.delivery.settlement import LAST_ATTEMPT_KEPT
+from priority_pubsub.delivery.worker import SHUTDOWN_REASON, STOPPING_REASON
+from tests.e2e.helpers import assert_attempts_follow_the_stop_rule, journal_records
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.dapr_resources import dapr_event
 from tests.support.daprd import Daprd, redis_resources
@@ -268,3 +274,137 @@ def test_raw_payload_entries_carry_the_data_as_daprd_sends_them(
             assert daprd.stop() == 0, daprd.logs()[-3000:]
     [call] = grpc_app.bulk_calls
     assert [e.content_type for e in call.entries] == [""]  # the component gave none
+
+
+def _stopping_resources(directory: Path, own_redis: OwnRedis) -> Path:
+    """``pushed`` one by one (priority 1), ``batched`` in batches of two that wait 10 s to
+    fill (priority 2); both name the dead-letter topic ``stopped-dead``. A retry parked while
+    a take waits is taken when that wait next looks: every 200 ms, not daprd's 5 s."""
+    pushed = {"apiVersion": "dapr.io/v2alpha1", "kind": "Subscription",
+              "metadata": {"name": "pushed"},
+              "spec": {"pubsubname": "orderpubsub", "topic": "pushed",
+                       "routes": {"default": "/pushed"}, "deadLetterTopic": "stopped-dead",
+                       "metadata": {"priority": "1"}}}
+    batched = _bulk_subscription("batched", 2, 10_000, priority=2)
+    batched["spec"]["deadLetterTopic"] = "stopped-dead"
+    resources = redis_resources(directory, own_redis.port, [pushed, batched])
+    path = resources / "resources.yaml"
+    documents = list(yaml.safe_load_all(path.read_text()))
+    documents[0]["spec"]["metadata"].append({"name": "redeliverInterval", "value": "200ms"})
+    path.write_text(yaml.safe_dump_all(documents))
+    return resources
+
+
+def _history(record: dict[str, Any]) -> tuple[str, int, str]:
+    """A journal record as (outcome, attempt, what the stop did to it, if anything)."""
+    reason = record["reason"] or ""
+    if reason == STOPPING_REASON:
+        return record["outcome"], record["attempt"], "unseen"
+    if reason.startswith(SHUTDOWN_REASON):
+        kept = LAST_ATTEMPT_KEPT in reason
+        return record["outcome"], record["attempt"], "cut at the limit" if kept else "cut"
+    return record["outcome"], record["attempt"], ""
+
+
+def test_sigterm_never_punishes_a_pushed_or_batched_message(
+    tmp_path: Path, own_redis: OwnRedis
+) -> None:
+    """Issue 42 item 4 in Dapr mode, push and bulk (``retry.max_attempts`` 2, grace 1 s):
+    SIGTERM while the app holds a pushed message at its last attempt, another at its first
+    and a sent batch of two, while a third batched message waits for its batch to fill and
+    new messages arrive. The cut-short deliveries count one attempt (the one at the limit
+    none) and come back at once; the waiting entry, which the app never saw, comes back
+    uncounted; after a restart every message is acked once, nothing is dead-lettered."""
+    # 10 s to fill a batch: the stop comes long before, and a message published while the
+    # sidecar is down fills the batch again after the restart
+    path = tmp_path / "stopping.yaml"
+    path.write_text(yaml.safe_dump({
+        "journal": {"path": str(tmp_path / "journal")},
+        "retry": {"initial_delay_s": 0.2, "max_delay_s": 0.5, "max_attempts": 2},
+        "shutdown": {"grace_s": 1}}))
+    env = {"PRIORITY_PUBSUB_CONFIG": str(path)}
+    client = redis.Redis(port=own_redis.port)
+
+    def publish(topic: str, order: int) -> tuple[str, str]:
+        """The message as the journal names it: its queue (the topic) and entry id (unique
+        in its stream only)."""
+        entry = client.xadd(topic, {"data": dapr_event({"orderId": order}, topic=topic,
+                                                       pubsub="orderpubsub")})
+        return topic, entry.decode()
+
+    restarted = threading.Event()
+    seen: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def answer(received: Received) -> Reply:
+        if received.path == "/batched":
+            entries = json.loads(received.body)["entries"]
+            if not restarted.is_set():
+                return Reply(until_closed=True)
+            return Reply(body={"statuses": [{"entryId": e["entryId"], "status": "SUCCESS"}
+                                            for e in entries]})
+        if received.path != "/pushed":
+            return Reply()
+        order = received.event["data"]["orderId"]
+        with lock:
+            seen[order] = seen.get(order, 0) + 1
+            first = seen[order] == 1
+        if restarted.is_set() or order >= 10:
+            return Reply()
+        if order == 1 and first:
+            return Reply(503)  # back at once as attempt 2, the last
+        return Reply(until_closed=True)  # held past the grace period
+
+    resources = _stopping_resources(tmp_path / "resources", own_redis)
+    edge, held = publish("pushed", 1), publish("pushed", 2)
+    batched = [publish("batched", order) for order in (3, 4, 5)]
+    with RecordingApp(answer) as app:
+        daprd = Daprd(tmp_path, "stopping", resources, app.port,
+                      "--app-max-concurrency", "6", env=env)
+        try:
+            daprd.wait_api()
+            wait_until(lambda: seen.get(1) == 2 and seen.get(2) == 1
+                       and len(_batches(app, "/batched")) == 1, 30)
+            arriving = [publish("pushed", 10)]
+            wait_until(lambda: 10 in seen, 30)
+            daprd.process.terminate()
+            arriving += [publish("pushed", order) for order in (11, 12)]
+            assert daprd.process.wait(30) == 0
+        finally:
+            assert daprd.stop() == 0, daprd.logs()[-3000:]
+        [sent] = _batches(app, "/batched")
+        assert sorted(_order_ids(sent)) == [3, 4]  # 5 waited for its batch to fill
+        restarted.set()
+        arriving.append(publish("batched", 6))  # fills 5's batch again after the restart
+        (tmp_path / "restarted").mkdir()
+        daprd = Daprd(tmp_path / "restarted", "stopping", resources, app.port,
+                      "--app-max-concurrency", "6", env=env)
+        published = {edge, held, *batched, *arriving}
+
+        def acked() -> list[tuple[str, str]]:
+            return [(r["queue"], r["message_id"]) for r in journal_records(tmp_path / "journal")
+                    if r["outcome"] == "ack"]
+
+        try:  # back at once: the lease (processingTimeout) is 60 s
+            wait_until(lambda: set(acked()) == published or any(
+                r["outcome"] in ("dead", "drop") for r in journal_records(tmp_path / "journal")),
+                30)
+        finally:
+            assert daprd.stop() == 0, daprd.logs()[-3000:]
+    assert client.xlen("stopped-dead") == 0
+    client.close()
+    assert sorted(acked()) == sorted(published)  # nothing lost, each acked once
+    records: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in journal_records(tmp_path / "journal", releases=True):
+        records.setdefault((record["queue"], record["message_id"]), []).append(record)
+    histories = {key: [_history(r) for r in history] for key, history in records.items()}
+    assert histories.pop(edge) == [("retry", 1, ""), ("retry", 2, "cut at the limit"),
+                                   ("ack", 2, "")]
+    assert histories.pop(held) == [("retry", 1, "cut"), ("ack", 2, "")]
+    for entry in batched[:2]:
+        assert histories.pop(entry) == [("retry", 1, "cut"), ("ack", 2, "")]
+    assert histories.pop(batched[2]) == [("release", 1, "unseen"), ("ack", 1, "")]
+    for entry in arriving:  # taken as it stopped at worst: handed back, or cut short
+        assert histories.pop(entry)[-1][0] == "ack"
+        assert_attempts_follow_the_stop_rule(records[entry], releases_counted=False)
+    assert histories == {}

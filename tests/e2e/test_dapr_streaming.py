@@ -14,6 +14,9 @@ with no push endpoint (no ``app.url``: publisher-only plus streams), on the loca
   at once to another stream; two streams on one topic share its messages; unanswered events
   hold workers (``concurrency``); the journal records each attempt; the metadata API lists
   open streams as STREAMING.
+- SIGTERM while a stream holds events past the grace period, one at its last attempt
+  (issue 42 item 4): each counts one attempt but never past the limit, comes back at once
+  after a restart, and is acked; nothing is dead-lettered.
 """
 
 from __future__ import annotations
@@ -40,7 +43,14 @@ from dapr.proto.runtime.v1.pubsub_pb2 import (
     SubscribeTopicEventsRequestProcessedAlpha1,
 )
 
-from tests.e2e.helpers import journal_records
+from priority_pubsub.delivery.settlement import LAST_ATTEMPT_KEPT
+from priority_pubsub.delivery.worker import SHUTDOWN_REASON
+from tests.e2e.helpers import (
+    assert_attempts_follow_the_stop_rule,
+    journal_records,
+    publish,
+    queue_rows,
+)
 from tests.support.app_venv import running_app
 from tests.support.dapr_resources import (
     Sns,
@@ -511,3 +521,97 @@ def test_publisher_only_sidecar_without_subscriptions_streams_a_topic_it_never_h
     finally:
         code = daprd.stop()
     assert code == 0, daprd.logs()[-3000:]
+
+
+class Answering:
+    """Answers a stream's events on a thread as ``decide`` says (None: never answers)."""
+
+    def __init__(self, client: StreamClient, decide: Any) -> None:
+        self.orders: list[int] = []
+        self._client, self._decide = client, decide
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._answer, daemon=True)
+        self._thread.start()
+
+    def _answer(self) -> None:
+        while not self._done.is_set():
+            try:
+                event = self._client.next_event(timeout_s=0.1)
+            except queue.Empty:
+                continue
+            self.orders.append(_order(event))
+            status = self._decide(_order(event), self.orders.count(_order(event)))
+            if status is not None:
+                self._client.answer(event, status)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(5)
+
+
+def test_sigterm_never_punishes_a_streamed_message(tmp_path: Path) -> None:
+    """Issue 42 item 4 on a streaming subscription (``retry.max_attempts`` 2, grace 1 s):
+    SIGTERM while the stream holds one event at its last attempt and one at its first,
+    unanswered, and while new messages arrive. Both count one attempt (the one at the
+    limit none) and come back at once; after a restart every message is acked once, none is
+    dead-lettered."""
+    api = publish_api()
+    config = local_config(tmp_path, "http://127.0.0.1:1", concurrency=3,
+                          queues=[{"name": TOPIC}], publish_api=api,
+                          retry={"max_attempts": 2, "initial_delay_s": 0.2, "max_delay_s": 0.5},
+                          shutdown={"grace_s": 1})
+    config["app"] = {"push": False}
+    journal = tmp_path / "journal"
+
+    def hold_1_and_2(order: int, delivery: int) -> int | None:
+        if order == 1 and delivery == 1:
+            return TopicEventResponse.RETRY  # back at once as attempt 2, the last
+        return None if order in (1, 2) else TopicEventResponse.SUCCESS
+
+    sidecar = start_sidecar(tmp_path, config)
+    client = StreamClient(api["grpc_port"])
+    answering = Answering(client, hold_1_and_2)
+    try:
+        wait_until(lambda: _streams_open(api) == 1, 20)
+        _publish(api, 1, 2)
+        wait_until(lambda: sorted(answering.orders) == [1, 1, 2], 20)
+        _publish(api, 3)
+        wait_until(lambda: "ack" in {r["outcome"] for r in journal_records(journal)}, 20)
+        sidecar.terminate()
+        publish(sidecar.config_path, TOPIC, json.dumps({"order": 4}))  # while it stops
+        assert sidecar.wait(30) == 0
+    finally:
+        answering.stop()
+        client.close()
+        sidecar.stop()
+    waiting = {row["id"]: row for row in queue_rows(tmp_path / "queues.db", TOPIC)}
+    order_of = {message_id: _order_of(row["body"]) for message_id, row in waiting.items()}
+    assert sorted(order_of.values()) == [1, 2, 4]
+    sidecar = start_sidecar(tmp_path, config, name="restarted")
+    client = StreamClient(api["grpc_port"])
+    answering = Answering(client, lambda *_: TopicEventResponse.SUCCESS)
+    try:  # back at once: the lease is 30 s
+        wait_until(lambda: sorted(answering.orders) == [1, 2, 4], 20)
+        wait_until(lambda: not queue_rows(tmp_path / "queues.db", TOPIC), 20)
+    finally:
+        answering.stop()
+        client.close()
+        assert sidecar.stop() == 0, sidecar.logs()[-3000:]
+    records: dict[int, list[dict[str, Any]]] = {}
+    for record in journal_records(journal, releases=True):
+        records.setdefault(order_of.get(record["message_id"], 3), []).append(record)
+    histories = {order: [(r["outcome"], r["attempt"], r["reason"]) for r in history]
+                 for order, history in records.items()}
+    assert [record[:2] for record in histories[1]] == [("retry", 1), ("retry", 2), ("ack", 2)]
+    assert histories[1][1][2] == f"{SHUTDOWN_REASON}; {LAST_ATTEMPT_KEPT}"
+    assert histories[2] == [("retry", 1, SHUTDOWN_REASON), ("ack", 2, None)]
+    assert histories[3] == [("ack", 1, None)]
+    assert histories[4][-1][0] == "ack"  # taken as it stopped at worst: back, or cut short
+    assert_attempts_follow_the_stop_rule(records[4], releases_counted=False)
+    assert queue_rows(tmp_path / "queues.db", "dead") == []
+
+
+def _order_of(body: bytes) -> int:
+    """The order of a published body: the publish API's CloudEvent, or the raw JSON."""
+    value = json.loads(body)
+    return int(value["data"]["order"] if "data" in value else value["order"])
