@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import threading
 import time
 import uuid
 from collections import Counter
@@ -38,7 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tests.e2e.helpers import assert_strict_with_a_late_high, journal_records, total, wait_until
+from priority_pubsub.delivery.settlement import LAST_ATTEMPT_KEPT
+from priority_pubsub.delivery.worker import SHUTDOWN_REASON
+from priority_pubsub.drivers.registry import driver_class
+from tests.e2e.helpers import (
+    assert_attempts_follow_the_stop_rule,
+    assert_strict_with_a_late_high,
+    journal_records,
+    total,
+    wait_until,
+)
 from tests.e2e.long_task_scenarios import LongTaskScenarios
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.servers import free_port
@@ -239,6 +249,92 @@ class SidecarScenarios(LongTaskScenarios):
             assert replica.stop() == 0
         assert received[1].event["data"] == "busy"
         assert received[1].event["attempt"] == 2
+
+    def test_sigterm_never_punishes_a_message(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        """Issue 42 item 4 (daprd 1.18: dapr/dapr #9619, #9844): SIGTERM while the app holds
+        two messages past the grace period, one at its last attempt, and while new ones
+        arrive. A delivery cut short counts its attempt, never past the limit, and goes back
+        at once; what the app never got goes back uncounted where the broker can (elsewhere
+        the broker counts it, and the next delivery is made all the same). After a restart
+        every message is acked once; nothing is dead-lettered."""
+        counted = driver_class(topology.driver_type).releases_count_as_attempts
+        lease_s, grace_s, limit = 60.0, 1.0, 2
+        queue = topology.queue("stop", lease_s=lease_s)
+        run = uuid.uuid4().hex[:6]
+        edge, held = f"{run}-edge", f"{run}-held"
+        arriving = [f"{run}-new-{n}" for n in range(4)]
+        restarted = threading.Event()
+
+        def stop_cuts_edge_and_held(request: Received) -> Reply:
+            data = request.event["data"]
+            if restarted.is_set() or data in arriving:
+                return Reply()
+            if data == edge and request.event["attempt"] == 1:
+                return Reply(503)  # back at once as attempt 2, the last
+            return Reply(until_closed=True)  # held past the grace period
+
+        def at_app() -> set[tuple[str, int]]:
+            return {(e["data"], e["attempt"]) for e in app.events()}
+
+        app.behaviour = stop_cuts_edge_and_held
+        topology.publish(queue, body(edge))
+        topology.publish(queue, body(held))
+        config = self.config(topology, tmp_path, app, [queue], concurrency=3,
+                             lease={"duration_s": lease_s}, shutdown={"grace_s": grace_s},
+                             retry={"max_attempts": limit, "initial_delay_s": 0.2,
+                                    "max_delay_s": 0.5})
+        sidecar = self.start(tmp_path, config)
+        try:
+            wait_until(lambda: {(edge, 2), (held, 1)} <= at_app(), timeout_s=30)
+            for data in arriving[:2]:
+                topology.publish(queue, body(data))
+            wait_until(lambda: arriving[0] in {data for data, _ in at_app()}, timeout_s=30)
+            sidecar.terminate()
+            for data in arriving[2:]:  # while it drains, or once it is gone
+                topology.publish(queue, body(data))
+            # Pub/Sub waits for a pull in flight (up to 21 s) before it exits
+            assert sidecar.wait(timeout_s=grace_s + 45) == 0
+        finally:
+            sidecar.stop()
+        restarted.set()
+        published = {edge, held, *arriving}
+
+        def acked() -> Counter[str]:
+            data_of = {e["id"]: e["data"] for e in app.events()}
+            return Counter(data_of[r["message_id"]]
+                           for r in journal_records(tmp_path / "journal")
+                           if r["outcome"] == "ack")
+
+        def settled() -> bool:  # all acked, or one dead-lettered (asserted below)
+            return set(acked()) == published or "dead" in _outcomes(tmp_path)
+
+        replica = self.start(tmp_path, config, name="restarted")
+        try:  # back at once: well within the lease a message not returned would wait out
+            wait_until(settled, timeout_s=lease_s / 2)
+        finally:
+            assert replica.stop() == 0
+        assert topology.dead_letters() == []
+        assert acked() == Counter(published)  # nothing lost, each acked once
+        records = journal_records(tmp_path / "journal", releases=True)
+        assert {r["outcome"] for r in records} <= {"ack", "retry", "release"}, records
+        data_of = {e["id"]: e["data"] for e in app.events()}
+        cut = {data_of[r["message_id"]]: (r["outcome"], r["attempt"], r["reason"])
+               for r in records if r["reason"] and r["reason"].startswith(SHUTDOWN_REASON)}
+        assert cut.pop(held) == ("retry", 1, SHUTDOWN_REASON)
+        assert cut.pop(edge) == ("retry", limit, f"{SHUTDOWN_REASON}; {LAST_ATTEMPT_KEPT}")
+        assert set(cut) <= set(arriving), cut  # one answering slower than the grace period
+        by_message: dict[str, list[dict[str, Any]]] = {}
+        for record in records:  # in the order they were written, run after run
+            by_message.setdefault(record["message_id"], []).append(record)
+        for history in by_message.values():
+            assert_attempts_follow_the_stop_rule(history, releases_counted=counted)
+        [edge_acked] = [r["attempt"] for r in records if r["outcome"] == "ack"
+                        and data_of[r["message_id"]] == edge]
+        # delivered once more, as the last attempt where the broker lets the stop's return
+        # go uncounted, past it elsewhere (admit never refuses there)
+        assert edge_acked > limit if counted else edge_acked == limit
 
     def test_two_replicas_share_queues_without_double_delivery(
         self, tmp_path: Path, app: RecordingApp, topology: Topology
