@@ -41,6 +41,7 @@ from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.monitor.build import build_monitor
 from priority_pubsub.monitor.state import DepthReading, drain_state
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.shipping.shipper import Shipper
 from priority_pubsub.telemetry.journal import JournalWriter
 from priority_pubsub.telemetry.live_capacity import LiveCapacity
 from priority_pubsub.telemetry.logs import get_logger
@@ -51,6 +52,7 @@ from priority_pubsub.telemetry.tracing import build_tracer
 from priority_pubsub.telemetry.watchdog import LoopWatchdog
 
 log = get_logger(__name__)
+SPOOL_FULL = "journal spool over journal.upload.max_local_mb"
 READINESS_PING_S = 2.0
 """A broker behind a network that drops packets answers nothing: /readyz says so within
 this, instead of hanging until the driver's own call timeout (10-30 s)."""
@@ -95,6 +97,11 @@ class Sidecar:
                           settings.journal.fsync)
             if settings.journal else None
         )
+        upload = settings.journal.upload if settings.journal else None
+        self.shipper = (Shipper(upload, self.journal, self.metrics.registry)
+                        if upload is not None and self.journal is not None else None)
+        """Uploads the journal's closed files (``journal.upload``); its library is imported
+        when it starts."""
         self.capacity = LiveCapacity([q.wait_slo_s for q in settings.queues],
                                      settings.server.capacity_window_s)
         self.observer = DeliveryObserver(
@@ -141,7 +148,7 @@ class Sidecar:
             Part("driver", self._connect, self.driver.close),
             Part("forwarder", self.forwarder.start, self.forwarder.close),
             Part("tracer", _nothing, self.tracer.close),
-            *([Part("journal", self._start_journal, self.journal.close)] if self.journal else []),
+            *([Part("journal", self._start_journal, self._stop_journal)] if self.journal else []),
             Part("depth refresher", self._start_depth, self._stop_depth),
             *([Part("monitor history", self._start_history, self._stop_history)]
               if self.monitor else []),
@@ -268,6 +275,25 @@ class Sidecar:
     async def _start_journal(self) -> None:
         assert self.journal is not None
         self.journal.start()
+        if self.shipper is not None:
+            self.shipper.on_full = self._spool_full
+            await self.shipper.start()
+
+    async def _stop_journal(self) -> None:
+        """After the last delivery settled: close the open file, then give the final
+        uploads ``journal.upload.stop_timeout_s``."""
+        assert self.journal is not None
+        await self.journal.close()
+        if self.shipper is not None:
+            await self.shipper.stop()
+
+    def _spool_full(self, full: bool) -> None:
+        """``journal.upload.when_full: pause_delivery``: a drain of this replica while the
+        spool is over its bound (an operator's drain is left alone)."""
+        if full:
+            self.control.start_drain(SPOOL_FULL)
+        elif self.control.drain is not None and self.control.drain.reason == SPOOL_FULL:
+            self.control.end_drain()
 
     async def _start_depth(self) -> None:
         if isinstance(self.driver, DepthReporter):

@@ -33,6 +33,7 @@ from priority_pubsub.settings.paths import anchor_relative_paths
 from priority_pubsub.settings.plugins import driver_options_model, instantiate_transform
 from priority_pubsub.settings.publish_api import PublishApiConfig
 from priority_pubsub.settings.source import environment_overrides, merged, read_yaml_mapping
+from priority_pubsub.settings.upload import UploadConfig
 
 ENV_PREFIX = "PRIORITY_PUBSUB"
 CONFIG_ENV = f"{ENV_PREFIX}_CONFIG"
@@ -312,6 +313,9 @@ class JournalConfig(_Strict):
     fsync: Literal["none", "every_line"] = "none"
     """none: a line is the kernel's once written (survives a crash of the sidecar);
     every_line: also synced to disk before the next settle (survives power loss)."""
+    upload: UploadConfig | None = None
+    """Ship each closed file to S3, GCS or Azure Blob Storage, verified, then remove it
+    locally (docs/operations/journal.md); off when omitted."""
 
 
 class TracingConfig(_Strict):

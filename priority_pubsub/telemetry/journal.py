@@ -22,6 +22,11 @@ replica left open. The replica is the pod's name (``POD_NAME``, ``core.pod``), e
 name, and the sequence continues from the highest one in the directory, so no two files share
 a name: one sidecar per replica name and journal directory (two sharing one would close each
 other's files).
+
+Uploaded files (``journal.upload``, ``shipping``). The writer tells ``on_closed`` each file
+it closes; the uploader removes a file once the store holds it, and notes its sequence in
+``.journal-<replica>.last`` (``remember_last_seq``) so a later start, finding no file of its
+replica, still continues the sequence: a file name, and so its object key, is never reused.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import json
 import operator
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -47,6 +53,10 @@ READABLE_VERSIONS = (1, 2, 3)
 FieldType = Literal["int", "long", "double", "string"]
 OPEN_SUFFIX = ".open"
 """The suffix of a journal file still being written (readers skip it)."""
+UPLOADED_SUFFIX = ".uploaded"
+"""The suffix of a closed file kept after its upload (``journal.upload.keep_local``)."""
+CLOSED_NAME = re.compile(r"journal-(?P<replica>[A-Za-z0-9._]+)-(?P<seq>\d+)\.jsonl")
+"""A journal file's name (``journal-<replica>-<seq>.jsonl``) and any suffix after it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +172,17 @@ class JournalWriter:
         self._written = 0
         self._failing = False
         self.records_written = 0
+        self.on_closed: Callable[[Path], None] | None = None
+        """Told each file this writer closes, by its closed name (the uploader's queue)."""
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def replica(self) -> str:
+        """This writer's replica, as its file names spell it."""
+        return self._replica
 
     @property
     def current_path(self) -> Path | None:
@@ -210,10 +231,14 @@ class JournalWriter:
         os.close(self._fd)
         self._fd = None
         if self._path is not None:
+            closed = _closed_name(self._path)
             try:
-                self._path.rename(_closed_name(self._path))
+                self._path.rename(closed)
             except OSError as exc:  # the next start closes it
                 log.error("journal file not closed", path=str(self._path), error=str(exc))
+                return
+            if self.on_closed is not None:
+                self.on_closed(closed)
 
     def _rotate(self) -> None:
         self._close_current()
@@ -234,11 +259,35 @@ class JournalWriter:
         self._written = 0
 
     def _last_seq(self) -> int:
-        """The highest sequence of this replica's files in the directory (0: none)."""
+        """The highest sequence of this replica's files in the directory, or the one the
+        uploader noted for files it removed (0: none)."""
         pattern = re.compile(rf"journal-{re.escape(self._replica)}-(\d+)\.jsonl")
         seqs = [int(m.group(1)) for p in self._directory.glob(f"journal-{self._replica}-*")
                 if (m := pattern.match(p.name))]
-        return max(seqs, default=0)
+        return max(*seqs, last_seq_noted(self._directory, self._replica), 0)
+
+
+def _seq_note(directory: Path, replica: str) -> Path:
+    return directory / f".journal-{replica}.last"
+
+
+def last_seq_noted(directory: Path, replica: str) -> int:
+    """The sequence ``remember_last_seq`` noted for ``replica`` (0: none, or unreadable)."""
+    try:
+        return int(_seq_note(directory, replica).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def remember_last_seq(directory: Path, replica: str, seq: int) -> None:
+    """Note that files of ``replica`` up to ``seq`` existed (before removing one): written
+    to a temporary name and renamed, so a crash leaves the old note or the new one."""
+    if seq <= last_seq_noted(directory, replica):
+        return
+    note = _seq_note(directory, replica)
+    partial = note.with_name(note.name + ".tmp")
+    partial.write_text(f"{seq}\n")
+    partial.replace(note)
 
 
 def replica_name(name: str) -> str:
