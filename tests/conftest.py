@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.support.browser",
     "tests.support.pubsub_emulator",
     "tests.support.moto_server",
+    "tests.support.object_stores",
     "tests.support.rabbitmq_server",
     "tests.support.redis_server",
     "tests.support.servicebus.fixtures",

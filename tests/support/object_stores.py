@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
+
 from tests.support.moto_server import CREDENTIALS, MotoUnavailable, running_moto_server
-from tests.support.servers import free_port
+from tests.support.servers import free_port, skip_or_fail
 
 Kind = Literal["s3", "gcs", "azure"]
 KINDS: tuple[Kind, ...] = ("s3", "gcs", "azure")
@@ -223,3 +225,37 @@ def azurite_main() -> Path:
 
 if __name__ == "__main__":
     print(azurite_main())
+
+
+class StoreServers:
+    """The session's servers, each started the first time a test asks for its kind and
+    stopped when the session ends; a server that cannot start skips locally and fails in
+    CI (``skip_or_fail``)."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._running: dict[str, StoreServer] = {}
+        self._failed: dict[str, str] = {}
+
+    def get(self, kind: Kind) -> StoreServer:
+        if kind in self._failed:
+            skip_or_fail(self._failed[kind])
+        if kind not in self._running:
+            try:
+                self._running[kind] = self._stack.enter_context(running_store(kind))
+            except StoreUnavailable as exc:
+                self._failed[kind] = f"{kind} test server unavailable: {exc}"
+                skip_or_fail(self._failed[kind])
+        return self._running[kind]
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@pytest.fixture(scope="session")
+def store_servers() -> Iterator[StoreServers]:
+    servers = StoreServers()
+    try:
+        yield servers
+    finally:
+        servers.close()
