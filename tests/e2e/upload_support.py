@@ -34,6 +34,8 @@ class Fleet:
     rotate_mb: float = 0.05
     """~50 KB: a file every ~220 records."""
     upload: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] | None = None
+    """How the sidecars reach the store (default: the server's own ``env``; a proxy's)."""
     sidecars: dict[str, SidecarProcess] = field(default_factory=dict)
 
     @property
@@ -61,7 +63,8 @@ class Fleet:
     def start(self, replica: str, env: dict[str, str] | None = None,
               **upload: Any) -> SidecarProcess:
         sidecar = SidecarProcess(self.directory, self.config(replica, **upload), name=replica,
-                                 env={"POD_NAME": replica, **self.server.env, **(env or {})})
+                                 env={"POD_NAME": replica, **(self.env or self.server.env),
+                                      **(env or {})})
         self.sidecars[replica] = sidecar
         return sidecar
 

@@ -60,6 +60,11 @@ class StoreServer:
     env: dict[str, str] = field(default_factory=dict)
     """What a sidecar (or the report) needs in its environment to reach this server."""
 
+    def env_through(self, port: int) -> dict[str, str]:
+        """``env`` with the server reached on ``port`` instead (a proxy in front of it)."""
+        here, there = f"127.0.0.1:{self.port}", f"127.0.0.1:{port}"
+        return {name: value.replace(here, there) for name, value in self.env.items()}
+
     def new_bucket(self) -> str:
         """Create an empty bucket (container) and return its name."""
         name = f"journals-{uuid.uuid4().hex[:12]}"
