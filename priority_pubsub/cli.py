@@ -239,7 +239,10 @@ def run(
                     await until_stopped(settings.shutdown.block_s)
                     return
                 if loaded.plan is None:
-                    await Sidecar(settings, streams=streams).run()
+                    from priority_pubsub.dapr.setup import native_reload
+
+                    reload = native_reload(config, flags, settings)
+                    await Sidecar(settings, streams=streams, reload=reload).run()
                     return
                 from priority_pubsub.dapr.runtime import run_dapr
 
@@ -287,13 +290,22 @@ def check(
     offline: Annotated[bool, typer.Option(
         help="Only validate (config, driver options, transforms); reach nothing. For CI and "
         "for rendered manifests.")] = False,
+    reload_safe: Annotated[tuple[Path, Path] | None, typer.Option(
+        "--reload-safe", metavar="OLD NEW", show_default=False,
+        help="Whether a sidecar running config OLD would take NEW by a live reload: print "
+        "each change as applied or REFUSED (restart-only); exit 1 if any is refused, 2 if "
+        "either file is invalid. Reaches nothing.")] = None,
     *,
     flags: DaprdFlags,
 ) -> None:
     """Validate the config, reach the driver and the app, print the config (secrets masked).
 
     In Dapr mode also print every component's metadata after templating (secrets masked)
-    and check every subscription's routes against the app."""
+    and check every subscription's routes against the app. With --reload-safe OLD NEW, check
+    instead what a live reload from OLD to NEW would apply and what it would refuse."""
+    if reload_safe is not None:
+        _check_reload_safe(*reload_safe, flags=flags)
+        return
     from priority_pubsub.commands.ops import check_reachability
 
     loaded = _loaded(config, flags, reach_app=not offline)
@@ -325,6 +337,24 @@ def check(
     if problems:
         raise typer.Exit(1)
     typer.echo("OK: config valid, driver and app reachable", err=True)
+
+
+def _check_reload_safe(old: Path, new: Path, *, flags: DaprdFlags) -> None:
+    """``check --reload-safe``: the running sidecar's own rule (``settings.reload``)."""
+    from priority_pubsub.drivers.registry import adds_queues
+    from priority_pubsub.settings.reload import reload_diff
+
+    running = _loaded(old, flags, reach_app=False).settings
+    candidate = _loaded(new, flags, reach_app=False).settings
+    diff = reload_diff(running, candidate, can_add_queues=adds_queues(running.driver.type))
+    for key in diff.applied:
+        typer.echo(f"applied   {key}")
+    for key in diff.refused:
+        typer.echo(f"REFUSED   {key} (restart-only)")
+    if not diff.safe:
+        _fail(f"a live reload would refuse {new}: restart to apply it", 1)
+    what = "no change" if not diff.applied else f"{len(diff.applied)} change(s)"
+    typer.echo(f"OK: {new} can be reloaded into a sidecar running {old} ({what})", err=True)
 
 
 @_command(app)

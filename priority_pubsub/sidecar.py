@@ -2,10 +2,13 @@
 
 Parts, in start order: loop watchdog, ops server, driver connection, forwarder, journal,
 depth refresher, app probe (the start gate: the receiver takes nothing before the app is
-reachable), receiver. Shutdown (SIGTERM/SIGINT) stops them in reverse: the receiver
-stops taking messages, lets in-flight tasks finish for ``shutdown.grace_s`` and cancels the
-rest (cancelled workers return their messages at once: visibility 0 / nack / abandon), then
-the journal is flushed, the HTTP session and the driver closed, the server stopped.
+reachable), receiver, config watch. The settings in force have one owner, ``self.live``
+(``settings.live``), which every part reads through; a live reload (SIGHUP, or the config's
+files changed: ``delivery.reload``) replaces them there. Shutdown (SIGTERM/SIGINT) stops
+them in reverse: the receiver stops taking messages, lets in-flight tasks finish for
+``shutdown.grace_s`` and cancels the rest (cancelled workers return their messages at once:
+visibility 0 / nack / abandon), then the journal is flushed, the HTTP session and the driver
+closed, the server stopped.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from priority_pubsub.core.errors import DriverError
 from priority_pubsub.delivery.control import QueueControl
 from priority_pubsub.delivery.dispatcher import Dispatcher
 from priority_pubsub.delivery.receiver import Receiver
+from priority_pubsub.delivery.reload import Reloader, ReloadSource
 from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.delivery.worker import Worker
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger, QueueAdder
@@ -41,10 +45,12 @@ from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.monitor.build import build_monitor
 from priority_pubsub.monitor.state import DepthReading, drain_state
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.live import LiveSettings
+from priority_pubsub.settings.watch import content_hash
 from priority_pubsub.shipping.shipper import Shipper
 from priority_pubsub.telemetry.journal import JournalWriter
 from priority_pubsub.telemetry.live_capacity import LiveCapacity
-from priority_pubsub.telemetry.logs import get_logger
+from priority_pubsub.telemetry.logs import get_logger, set_log_level
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver
 from priority_pubsub.telemetry.server import OpsServer
@@ -78,15 +84,19 @@ class Sidecar:
         delivery: Delivery | None = None,
         bulk: Mapping[str, BulkSettings] | None = None,
         streams: StreamHub | None = None,
+        reload: ReloadSource | None = None,
     ) -> None:
-        self.settings = settings
+        """``reload``: how to read the config again (SIGHUP, a watched file changed); None:
+        the settings stay as given (a SIGHUP is logged and ignored)."""
+        self.live = LiveSettings(
+            settings, source_hash=content_hash(reload.paths) if reload is not None else "")
+        """The settings in force: the one owner every part reads them through."""
         self.driver = driver or build_driver(settings)
         if streams is not None and delivery is None:  # native mode: topics are queues
             self.driver = StreamDeadLetters(self.driver, streams)
             if streams.make_queue is None:
                 streams.make_queue = self._queue_of_topic
         self.metrics = Metrics()
-        self.metrics.concurrency.set(settings.concurrency)
         # no app to push to: every queue is a streamed topic's, delivered to its streams
         self.forwarder = build_channel(settings) if streams is None else StreamChannel(streams)
         if bulk:  # topics delivered in batches; a batch grows while the receiver has room
@@ -102,24 +112,26 @@ class Sidecar:
                         if upload is not None and self.journal is not None else None)
         """Uploads the journal's closed files (``journal.upload``); its library is imported
         when it starts."""
+        live = self.live
         self.capacity = LiveCapacity([q.wait_slo_s for q in settings.queues],
                                      settings.server.capacity_window_s)
-        self.observer = DeliveryObserver(
-            self.metrics, self.journal, driver_type=settings.driver.type,
-            log_successes=settings.log.level == "debug", capacity=self.capacity,
-            queue_names=settings.queue_names,
-        )
-        self._export_workers_needed()
-        settler = Settler(settings, self.driver, self.observer)
-        self.control = QueueControl(settings.queue_names, self.metrics)
-        self.dispatcher = Dispatcher(settings, self.driver, self.observer, settler, rng,
+        self.observer = DeliveryObserver(self.metrics, self.journal,
+                                         driver_type=settings.driver.type,
+                                         capacity=self.capacity, live=live)
+        self._workers_needed: set[str] = set()
+        """Queues whose ``workers_needed`` gauge is exported now."""
+        self._settings_changed()
+        live.on_change(self._settings_changed)
+        settler = Settler(live, self.driver, self.observer)
+        self.control = QueueControl(live, self.metrics)
+        self.dispatcher = Dispatcher(live, self.driver, self.observer, settler, rng,
                                      consumers=streams, control=self.control)
         self.tracer = build_tracer(settings)
-        self.gate = AppGate(settings, self.metrics,
+        self.gate = AppGate(live, self.metrics,
                             probe=NO_APP if streams is not None else None)
-        worker = Worker(settings, self.driver, self.forwarder, self.observer, settler, delivery,
+        worker = Worker(live, self.driver, self.forwarder, self.observer, settler, delivery,
                         self.tracer, gate=self.gate)
-        self.receiver = Receiver(settings, self.dispatcher, worker, self.observer,
+        self.receiver = Receiver(live, self.dispatcher, worker, self.observer,
                                  capacity=self.gate.capacity)
         self.gate.attach(self.receiver)  # paused until the app is reachable (the start gate)
         self.control.on_change(self.receiver.retake)
@@ -129,8 +141,10 @@ class Sidecar:
                                      on_stall=self.metrics.loop_stalls.inc)
         self.depths: dict[str, DepthReading] = {}
         """What the depth refresher last read per queue (the monitor shows it)."""
+        self.reloader = (Reloader(live, reload, self.metrics, add_queue=self._driver_adds_queue())
+                         if reload is not None else None)
         self.monitor = build_monitor(
-            settings, driver=self.driver, metrics=self.metrics, gate=self.gate,
+            live, driver=self.driver, metrics=self.metrics, gate=self.gate,
             receiver=self.receiver, control=self.control, observer=self.observer,
             depths=self.depths, connected=lambda: self.connected,
         ) if settings.monitor.enabled else None
@@ -154,19 +168,32 @@ class Sidecar:
               if self.monitor else []),
             Part("app probe", self._start_probe, self._stop_probe),
             Part("receiver", self.receiver.start, self.receiver.stop),
+            Part("config watch", self._start_watch, self._stop_watch),
         ]
+        self._reload_ready = asyncio.Event()
+        """Set once every part has started: a SIGHUP before then is applied then."""
+        self._watch: asyncio.Task[None] | None = None
         self._depth: asyncio.Task[None] | None = None
         self._history: asyncio.Task[None] | None = None
         self._probe: asyncio.Task[None] | None = None
 
     @property
+    def settings(self) -> Settings:
+        """The settings in force (``live``'s)."""
+        return self.live.settings
+
+    @property
     def in_flight(self) -> int:
         return self.receiver.in_flight
 
+    def _driver_adds_queue(self) -> Callable[[str], Awaitable[None]] | None:
+        """The driver's ``add_queue``, or None when it takes no queue after start."""
+        return self.driver.add_queue if isinstance(self.driver, QueueAdder) else None
+
     async def add_queue(self, queue: str) -> None:
-        """Receive from ``queue`` too, below every queue known at start (a streamed topic
-        unknown at start). Raises ``TopicRefused`` when the driver cannot take it."""
-        if queue in self.dispatcher.names:  # the shared layout's queue: already taken from
+        """Receive from ``queue`` too, below every queue in force (a streamed topic unknown
+        at start). Raises ``TopicRefused`` when the driver cannot take it."""
+        if queue in self.live.index:  # the shared layout's queue: already taken from
             return
         if not isinstance(self.driver, QueueAdder):
             raise TopicRefused(f"queue {queue} is not configured, and the "
@@ -176,10 +203,44 @@ class Sidecar:
             await self.driver.add_queue(queue)
         except DriverError as exc:
             raise TopicRefused(f"queue {queue}: {exc}", "NOT_FOUND") from None
-        self.observer.add_queue(queue)
-        self.receiver.add_queue(queue)
-        self.dispatcher.add_queue(queue)  # the control too; the next take counts it
-        log.info("queue added", queue=queue, priority=len(self.dispatcher.names) - 1)
+        if self.live.add_queue(queue):  # every part follows; the next take counts it
+            log.info("queue added", queue=queue, priority=self.live.index[queue])
+
+    def _settings_changed(self) -> None:
+        """What the composition root itself derives from the settings in force: the
+        concurrency gauge, the ``workers_needed`` gauges (queues with ``wait_slo_s``), the
+        log level."""
+        live = self.live
+        self.metrics.concurrency.set(live.settings.concurrency)
+        wanted = {queue.name for queue in live.queues if queue.wait_slo_s is not None}
+        for name in self._workers_needed - wanted:
+            self.metrics.workers_needed.remove(name)
+        for name in wanted - self._workers_needed:
+            self.metrics.workers_needed.labels(name).set_function(self._needed_reader(name))
+        self._workers_needed = wanted
+        set_log_level(live.settings.log.level)
+
+    def _needed_reader(self, queue: str) -> Callable[[], float]:
+        """``priority_pubsub_workers_needed`` for ``queue``, computed at scrape time (Erlang
+        C over the window: cheap, and never stale)."""
+        def read() -> float:
+            index = self.live.index.get(queue)
+            return 0.0 if index is None else float(self.capacity.workers_needed()[index] or 0)
+        return read
+
+    def _reload_requested(self, trigger: str) -> None:
+        """SIGHUP: reload now (once every part has started); never exits the process (the
+        handler stays while it stops: SIGHUP's default would end it)."""
+        if self.reloader is None or self.draining:
+            why = "stopping" if self.draining else "this sidecar was given no config to read"
+            log.warning(f"config reload asked, but {why}: ignored", trigger=trigger)
+            return
+        asyncio.get_running_loop().create_task(self._reload_when_ready(trigger))
+
+    async def _reload_when_ready(self, trigger: str) -> None:
+        await self._reload_ready.wait()
+        assert self.reloader is not None
+        self.reloader.request(trigger)
 
     async def _queue_of_topic(self, topic: str) -> str:
         """Native mode: a streamed topic is the queue of its name."""
@@ -220,6 +281,7 @@ class Sidecar:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
+            loop.add_signal_handler(signal.SIGHUP, self._reload_requested, "SIGHUP")
         started: list[Part] = []
         try:
             running = asyncio.create_task(self._start_and_serve(started), name="sidecar")
@@ -305,15 +367,17 @@ class Sidecar:
             self._depth.cancel()
             await asyncio.gather(self._depth, return_exceptions=True)
 
-    def _export_workers_needed(self) -> None:
-        """``priority_pubsub_workers_needed`` for each queue with ``wait_slo_s``, computed at
-        scrape time (Erlang C over the window: cheap, and never stale)."""
-        def reader(index: int) -> Callable[[], float]:
-            return lambda: float(self.capacity.workers_needed()[index] or 0)
+    async def _start_watch(self) -> None:
+        self._reload_ready.set()
+        if self.reloader is not None and self.settings.reload.watch:
+            self._watch = asyncio.create_task(self.reloader.watch(), name="config-watch")
 
-        for index, queue in enumerate(self.settings.queues):
-            if queue.wait_slo_s is not None:
-                self.metrics.workers_needed.labels(queue.name).set_function(reader(index))
+    async def _stop_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        if self.reloader is not None:
+            await self.reloader.stop()
 
     async def _start_history(self) -> None:
         assert self.monitor is not None
@@ -337,13 +401,14 @@ class Sidecar:
     async def _refresh_depth(self, driver: DepthReporter) -> None:
         """Keep ``priority_pubsub_queue_depth`` current (what KEDA/HPA scale on)."""
         while True:
-            for index, name in enumerate(self.settings.queue_names):
+            for name in self.live.names:
                 try:
                     depth = await driver.depth(name)
                 except DriverError as exc:
                     log.debug("depth refresh failed", queue=name, error=str(exc))
                     continue
-                if depth.visible is not None:
+                index = self.live.index.get(name)  # None: a reload removed it meanwhile
+                if depth.visible is not None and index is not None:
                     self.metrics.queue_depth.labels(name).set(depth.visible)
                     self.capacity.depth_seen(index, depth.visible)
                 if depth.oldest_age_s is not None:

@@ -57,6 +57,14 @@ class AimdLimiter:
         self._successes = 0
         self._paused_until = max(self._paused_until, now + pause_s)
 
+    def resize(self, ceiling: int) -> None:
+        """A new ``concurrency`` (a live reload): at the ceiling, the limit follows it (a
+        grown one is in force at once); backed off, it stays, never above the new ceiling,
+        and grows back by the usual steps."""
+        at_ceiling = self.limit >= self.ceiling
+        self.ceiling = ceiling
+        self.limit = ceiling if at_ceiling else min(self.limit, ceiling)
+
     def on_success(self) -> None:
         if self.limit >= self.ceiling:
             return

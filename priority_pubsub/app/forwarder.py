@@ -1,7 +1,9 @@
 """Deliver one attempt to the app over HTTP and read its answer as an ``Outcome``.
 
-One ``aiohttp.ClientSession`` serves the whole sidecar; its connector is sized to the
-concurrency so connections are reused and never exceed the app's capacity. A request has no
+One ``aiohttp.ClientSession`` serves the whole sidecar; connections are reused. Its
+connector has no limit of its own: the receiver's slots (``concurrency``, which a live
+reload may change) bound the requests at the app, and a pool sized at start would hold a
+grown concurrency at the start's value. A request has no
 timeout of its own: the worker cancels it at its queue's timeout (``delivery.cancel``), and a
 cancelled request's connection is closed (the app sees the client go), never reused.
 """
@@ -70,16 +72,13 @@ def _classify_success(status: int, body: bytes, exact_status: bool) -> Outcome:
 class Forwarder:
     """Posts requests to the app; every failure becomes an ``Outcome``, never an exception."""
 
-    def __init__(self, app: AppConfig, concurrency: int, *, exact_status: bool = False) -> None:
+    def __init__(self, app: AppConfig, *, exact_status: bool = False) -> None:
         self._app = app
-        self._concurrency = concurrency
         self._exact_status = exact_status
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(
-            limit=self._concurrency, limit_per_host=self._concurrency, keepalive_timeout=60
-        )
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60)
         self._session = aiohttp.ClientSession(
             connector=connector,
             # only the connect phase: a connect that times out never reached the app (a

@@ -8,6 +8,10 @@ receiver's own ``pause()``/``resume()`` (``attach``): paused the moment the gate
 resumed when it opens (a probe passed, a timed block ended). Messages the app never took (not
 reachable, paused, busy) become releases: returned at once or after the app's Retry-After,
 not counted as attempts, up to ``retry.max_uncounted_returns`` per message.
+
+What it reads of the settings follows a live reload (``settings.live``): the limiter's
+ceiling is ``concurrency`` (grown at once when it was not backed off, shrunk at once), the
+uncounted returns' cap and the longest "not now" delay are the retry policy in force.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from priority_pubsub.app.health import HealthState, OutageLog, Probe, build_prob
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.metrics import Metrics
 
 Clock = Callable[[], float]
@@ -47,7 +52,8 @@ class UncountedReturns:
     """
 
     def __init__(self, cap: int, remembered: int = REMEMBERED_MESSAGES) -> None:
-        self._cap = cap
+        self.cap = cap
+        """Uncounted returns one message may have (the retry policy in force)."""
         self._remembered = remembered
         self._counts: OrderedDict[tuple[str, str], int] = OrderedDict()
 
@@ -58,7 +64,7 @@ class UncountedReturns:
         self._counts[key] = count
         if len(self._counts) > self._remembered:
             self._counts.popitem(last=False)
-        return count <= self._cap
+        return count <= self.cap
 
 
 class _NoApp:
@@ -77,12 +83,14 @@ NO_APP = _NoApp()
 class AppGate:
     def __init__(
         self,
-        settings: Settings,
+        settings: Settings | LiveSettings,
         metrics: Metrics,
         *,
         probe: Probe | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
+        self._live = live = LiveSettings.of(settings)
+        settings = live.settings
         app = settings.app
         self._health_config = app.health_probe
         self._periodic = app.health is not None
@@ -90,7 +98,6 @@ class AppGate:
         self._learns = app.push
         """Without an app to push to there is nothing to learn from outcomes (a stream that
         closes is not the app going down)."""
-        self._max_delay_s = settings.retry.max_delay_s
         self._metrics = metrics
         self.health = HealthState(self._health_config.threshold, clock)
         self.breaker = (
@@ -104,11 +111,19 @@ class AppGate:
         self._changed = asyncio.Event()
         self._went_down = asyncio.Event()
         self._receivers: list[Pausable] = []
+        live.on_change(self._settings_changed)
         metrics.app_up.set_function(lambda: float(self.health.up))
         metrics.effective_concurrency.set_function(lambda: float(self.limiter.limit))
         metrics.circuit_breaker_state.set_function(
             lambda: float(self.breaker.state if self.breaker else BreakerState.CLOSED)
         )
+
+    def _settings_changed(self) -> None:
+        """A reload: the ceiling and the cap in force (the receivers look again by
+        themselves)."""
+        settings = self._live.settings
+        self.limiter.resize(settings.concurrency)
+        self.uncounted.cap = settings.retry.max_uncounted_returns
 
     def attach(self, receiver: Pausable) -> None:
         """Pause and resume ``receiver`` as the gate closes and opens (paused now if closed:
@@ -195,7 +210,7 @@ class AppGate:
     def settle_release(self, message: Message, outcome: Outcome) -> Outcome:
         """A release within the message's cap, else a counted retry with the reason."""
         if self.uncounted.allow(message):
-            delay = min(outcome.delay_s or 0.0, self._max_delay_s)
+            delay = min(outcome.delay_s or 0.0, self._live.settings.retry.max_delay_s)
             return Outcome.release(outcome.reason or "released", outcome.http_status, delay)
         return Outcome.retry(f"{outcome.reason} (uncounted returns used up: counted)",
                              outcome.http_status)
@@ -207,7 +222,8 @@ class AppGate:
                 self._went_down.set()
             return
         was_paused = self.limiter.paused_for_s() > 0
-        self.limiter.on_busy(min(outcome.delay_s or 0.0, self._max_delay_s))
+        self.limiter.on_busy(min(outcome.delay_s or 0.0,
+                                 self._live.settings.retry.max_delay_s))
         if not was_paused:
             self._paused("busy")
 

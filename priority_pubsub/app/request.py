@@ -17,6 +17,7 @@ from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Outcome
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.transforms.base import Payload
 
 NOT_REACHABLE = "app not reachable"
@@ -79,16 +80,26 @@ class DropHandler(Protocol):
 
 class NativeDelivery:
     """``app.url`` + the queue's ``route``; the body per ``app.delivery``
-    (docs/app/contract.md)."""
+    (docs/app/contract.md). The routes follow a live reload."""
 
-    def __init__(self, settings: Settings) -> None:
-        app_url = settings.app.url.get_secret_value()
-        self._routes = {q.name: app_url + q.route for q in settings.queues}
-        self._targets = {q.name: Target(settings.app.pubsub_name, q.name, q.route)
-                         for q in settings.queues}
-        self._token = settings.app.api_token.get_secret_value()
-        self._delivery = settings.app.delivery
-        self._pubsub_name = settings.app.pubsub_name
+    def __init__(self, settings: Settings | LiveSettings) -> None:
+        self._live = live = LiveSettings.of(settings)
+        app = live.settings.app
+        self._app_url = app.url.get_secret_value()
+        self._routes: dict[str, str] = {}
+        self._targets: dict[str, Target] = {}
+        self._token = app.api_token.get_secret_value()
+        self._delivery = app.delivery
+        self._pubsub_name = app.pubsub_name
+        self._learn_routes()
+        live.on_change(self._learn_routes)
+
+    def _learn_routes(self) -> None:
+        """The configured queues' routes in force. A queue a reload removed keeps its own:
+        its messages still in flight go where they were meant to."""
+        for q in self._live.settings.queues:
+            self._routes[q.name] = self._app_url + q.route
+            self._targets[q.name] = Target(self._pubsub_name, q.name, q.route)
 
     def prepare(self, message: Message, payload: Payload) -> Prepared | Outcome:
         request = build_request(message, payload, delivery=self._delivery,

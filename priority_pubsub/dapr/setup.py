@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.dapr.flags import DaprdFlags
+from priority_pubsub.delivery.reload import Candidate, ReloadSource
 from priority_pubsub.settings import source
 from priority_pubsub.settings.config import (
     CONFIG_ENV,
@@ -58,6 +59,32 @@ def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: boo
         settings = validate_config(raw)
         return Loaded(settings, None, tuple(warnings))
     return _load_dapr(raw, reach_app, warnings)
+
+
+def native_reload(config: Path | None, flags: DaprdFlags | None, settings: Settings
+                  ) -> ReloadSource:
+    """How a native-mode sidecar reads its config again for a live reload: ``load``, as at
+    start (a file that now reads as Dapr mode changes ``dapr``: restart-only, refused)."""
+
+    def again() -> Candidate:
+        return Candidate(load(config, flags, reach_app=False).settings)
+
+    return ReloadSource(again, watched_paths(config, flags, settings))
+
+
+def watched_paths(config: Path | None, flags: DaprdFlags | None, settings: Settings
+                  ) -> tuple[Path, ...]:
+    """The files ``load`` reads (the config file, or daprd's ``--config`` Configuration) and,
+    in Dapr mode, the resources directories: what a live reload watches."""
+    flags = flags or DaprdFlags()
+    paths: list[Path] = []
+    if config is not None:
+        paths.append(config)
+    elif os.environ.get(CONFIG_ENV) or not flags.given:
+        paths.append(resolve_config_path(None))
+    if settings.dapr is not None:
+        paths += [path for path in settings.dapr.resources_path if path not in paths]
+    return tuple(paths)
 
 
 def _daprd_configuration(config: Path | None) -> tuple[dict[str, Any] | None, list[str]]:

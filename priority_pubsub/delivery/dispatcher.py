@@ -16,6 +16,12 @@ never makes a surplus to hand back. A queue the rule shuts out is not waited on;
 then also ends when a worker frees up (``slot_freed``), so it gets the worker at once. A
 queue untried for its ``max_wait_s`` gets one message's try first (the starvation bound),
 journaled with ``promoted_after_s``.
+
+The per-queue rules (order, weights, reserves, limits, bounds, the scheduling mode) are
+derived from the live settings (``settings.live``) at the start of a take, when a reload
+changed them: a take decides by one set of rules from start to end. A reload during a take
+ends its wait at once and keeps what the wait had received (within the old rules' allowance:
+handed to workers, never back to the broker), so the next take, under the new rules, begins.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from priority_pubsub.core.errors import DriverError
@@ -31,6 +37,7 @@ from priority_pubsub.core.message import Message
 from priority_pubsub.delivery.control import QueueControl
 from priority_pubsub.delivery.scheduler import (
     QueueLimits,
+    Scheduling,
     allowances,
     overdue,
     plan,
@@ -39,6 +46,7 @@ from priority_pubsub.delivery.scheduler import (
 from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver
 
@@ -64,7 +72,7 @@ class Consumers(Protocol):
 class Dispatcher:
     def __init__(
         self,
-        settings: Settings,
+        settings: Settings | LiveSettings,
         driver: Driver,
         observer: DeliveryObserver,
         settler: Settler,
@@ -74,48 +82,80 @@ class Dispatcher:
         consumers: Consumers | None = None,
         control: QueueControl | None = None,
     ) -> None:
-        self._settings = settings
+        self._live = LiveSettings.of(settings)
         self._driver = driver
         self._observer = observer
         self._settler = settler
         self._rng = rng or random.Random()
-        self._names: tuple[str, ...] = settings.queue_names
-        self._index = {name: index for index, name in enumerate(self._names)}
-        self._weights = [q.weight for q in settings.queues]
-        self._limits = [QueueLimits(q.reserve, q.max_concurrency) for q in settings.queues]
-        self._max_wait_s = [q.max_wait_s for q in settings.queues]
         self._clock = clock
-        self._last_tried = [clock()] * len(self._names)
+        self._names: tuple[str, ...] = ()
+        self._index: dict[str, int] = {}
+        self._weights: list[int] = []
+        self._limits: list[QueueLimits] = []
+        self._max_wait_s: list[float | None] = []
+        self._scheduling: Scheduling = "strict"
+        self._last_tried: list[float] = []
         """When each queue was last tried (a receive ended, with or without messages): the
         starvation bound's clock."""
+        self._generation = 0
+        """The live settings' generation the rules above were derived from."""
         self._idle_wait_s = idle_wait_s
         self._quiet = False
         self._consumers = consumers
         """Queues nobody takes from now (streamed topics without a stream): left alone."""
         self._free = 0
-        self._busy: list[int] = [0] * len(self._names)
+        self._busy: list[int] = []
         """The take under way: free workers and messages per queue at the app, this take's
         received ones included (what ``allowances`` is asked about)."""
-        self._busy_at_start: tuple[int, ...] = tuple(self._busy)
+        self._busy_at_start: tuple[int, ...] = ()
         """``_busy`` as the take found it: what a wake-up's choice counts from."""
-        self.control = control or QueueControl(self._names)
-        """The operator's pauses and drain: queues it closes are left alone too."""
+        self._derive()
+        self.control = control or QueueControl(self._live)
+        """The operator's pauses and drain, and the config's pauses: queues it closes are
+        left alone too."""
+        self._closed: tuple[frozenset[str] | None, frozenset[int]] = (None, frozenset())
+        """``control.closed`` as last read, and its queues' indices under these rules."""
+        self._rules_changed: asyncio.Future[None] | None = None
+        """While a take waits: resolved by a change of the live settings (ends the wait)."""
+        self._live.on_change(self._live_changed)
         self._in_hand: list[Message] = []
         """What the take under way has received and not yet returned or handed back."""
         self.healthy = True
+
+    def _derive(self) -> None:
+        """The rules of the settings in force (a take's start, when they changed); a queue
+        kept keeps its starvation clock, a new one starts it now."""
+        live = self._live
+        tried = dict(zip(self._names, self._last_tried, strict=True))
+        now = self._clock()
+        self._names = live.names
+        self._index = dict(live.index)
+        self._weights = [q.weight for q in live.queues]
+        self._limits = [QueueLimits(q.reserve, q.max_concurrency) for q in live.queues]
+        self._max_wait_s = [q.max_wait_s for q in live.queues]
+        self._scheduling = live.settings.scheduling
+        self._last_tried = [tried.get(name, now) for name in self._names]
+        self._closed = (None, frozenset())
+        self._quiet = False  # a queue may be new, or newly open: sweep first
+        self._generation = live.generation
+
+    def _live_changed(self) -> None:
+        if self._rules_changed is not None and not self._rules_changed.done():
+            self._rules_changed.set_result(None)
 
     async def take(
         self,
         free: int,
         why_abandoned: Callable[[], str] = lambda: ABANDONED_REASON,
         *,
-        busy: Sequence[int] = (),
+        busy: Sequence[int] | Mapping[str, int] = (),
         slot_freed: asyncio.Event | None = None,
     ) -> list[Message]:
         """Up to ``free`` messages, highest priority first; waits while all queues are empty.
 
-        ``busy`` counts each queue's messages at the app now (none if left out): with the
-        queues' reserves and limits it caps what each queue may take. ``slot_freed`` is set
+        ``busy`` counts each queue's messages at the app now (by name, or by priority under
+        the rules in force; none if left out): with the queues' reserves and limits it caps
+        what each queue may take. ``slot_freed`` is set
         when a worker frees up during the take: a wait that shut a queue out ends then.
 
         After a waiting round in which every queue stayed empty, the next round waits again
@@ -126,9 +166,14 @@ class Dispatcher:
         backs off). Cancelled (a pause, a stop), it hands back what it had received, the
         reason asked of ``why_abandoned`` then (the pause's, e.g. the app gate's).
         """
+        if self._generation != self._live.generation:
+            self._derive()
         self._in_hand = []
         self._free = free
-        self._busy = list(busy) if busy else [0] * len(self._names)
+        if isinstance(busy, Mapping):
+            self._busy = [busy.get(name, 0) for name in self._names]
+        else:
+            self._busy = list(busy) if busy else [0] * len(self._names)
         self._busy_at_start = tuple(self._busy)
         try:
             try:
@@ -147,24 +192,9 @@ class Dispatcher:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The queues taken from, highest first (those added while running last)."""
+        """The queues taken from, highest first (those added while running last), under the
+        rules of the latest take."""
         return self._names
-
-    def add_queue(self, name: str) -> None:
-        """A queue not configured at start (a streamed topic unknown at start): the lowest
-        priority, weight 1, no reserve or limit. The take under way counts it too (nothing
-        of it busy), so the next decision sees it."""
-        if name in self._index:
-            return
-        self._index[name] = len(self._names)
-        self._names = (*self._names, name)
-        self._weights.append(1)
-        self._limits.append(QueueLimits())
-        self._max_wait_s.append(None)
-        self._last_tried.append(self._clock())
-        self._busy.append(0)
-        self._busy_at_start = (*self._busy_at_start, 0)
-        self.control.add(name)
 
     def allowed(self) -> list[int]:
         """What each queue may take now, in the take under way (``scheduler.allowances``);
@@ -175,17 +205,25 @@ class Dispatcher:
         return allowed
 
     def _idle(self) -> frozenset[int]:
-        """Queues not to take from now: those the operator closed (paused, draining) and,
-        with streamed topics, those without a stream."""
-        closed = self.control.closed
+        """Queues not to take from now: those the operator or the config closed (paused,
+        draining) and, with streamed topics, those without a stream."""
+        closed = self._closed_indices()
         if self._consumers is None:
             return closed
         taken = self._consumers.taken()
         return closed | frozenset(i for i, name in enumerate(self._names) if name not in taken)
 
+    def _closed_indices(self) -> frozenset[int]:
+        names = self.control.closed
+        seen, indices = self._closed
+        if names is not seen:  # the control replaces its set on each change
+            indices = frozenset(self._index[name] for name in names if name in self._index)
+            self._closed = (names, indices)
+        return indices
+
     async def _take(self, free: int, slot_freed: asyncio.Event | None) -> list[Message]:
-        if self._names and len(self.control.closed) == len(self._names):  # all held: until that
-            await self.control.wait_for_change()          # changes (the receiver takes again)
+        if self._names and len(self._closed_indices()) == len(self._names):  # all held:
+            await self.control.wait_for_change()        # until that changes (a retake too)
             return []
         promoted = await self._promote()
         if promoted or not self._quiet:
@@ -197,10 +235,10 @@ class Dispatcher:
         shut_out = any(n == 0 for i, n in enumerate(allowed) if i not in idle)
         woken = await self._wait(allowed, slot_freed if shut_out else None)
         # quiet only when every queue was waited on to the end and stayed empty
-        self._quiet = not woken and not shut_out
+        self._quiet = not woken and not shut_out and self._generation == self._live.generation
         if not woken:
             return []
-        if self._settings.scheduling == "strict":
+        if self._scheduling == "strict":
             # the woken are in hand, not yet chosen: the higher queues may bid for their places
             self._count_in(woken, -1)
             best = min(self._index[m.queue] for m in woken)
@@ -232,7 +270,7 @@ class Dispatcher:
         got: list[Message] = []
         empty = set(skip)
         while self._free > 0:
-            picks = plan(self._settings.scheduling, self._weights, self._free,
+            picks = plan(self._scheduling, self._weights, self._free,
                          frozenset(empty), self._rng, self.allowed())
             if not picks:
                 break
@@ -268,6 +306,9 @@ class Dispatcher:
         return waiting.result()
 
     async def _wait_any(self, allowed: list[int]) -> list[Message]:
+        if self._generation != self._live.generation:
+            return []  # a reload since this take began: the next take waits under its rules
+        rules_changed = self._rules_changed = asyncio.get_running_loop().create_future()
         tasks = [
             asyncio.create_task(self._receive(i, allowed[i], self._idle_wait_s),
                                 name=f"wait-{name}")
@@ -275,25 +316,24 @@ class Dispatcher:
         ]
         consumers_changed = (asyncio.create_task(self._consumers_changed(), name="consumers")
                              if self._consumers is not None else None)
-        if not tasks and consumers_changed is None:
-            # every queue shut out: only a freed worker (``_wait``) changes that
-            await asyncio.sleep(self._idle_wait_s)
-            return []
         try:
-            pending: set[asyncio.Task[Any]] = set(tasks)
+            pending: set[asyncio.Future[Any]] = {*tasks, rules_changed}
             if consumers_changed is not None:
                 pending.add(consumers_changed)
             # until a wait brings a message, every wait ended (a driver's own long poll may
             # be shorter than ours: SQS's ``wait_time_s``, Dapr's ``messageWaitTimeSeconds``,
-            # can be 1 s), or the streams changed
-            while pending and (not tasks or not all(task.done() for task in tasks)):
+            # can be 1 s), the streams changed or a reload changed the rules; with every
+            # queue shut out, until then or the idle wait's end (a freed worker: ``_wait``)
+            while not tasks or not all(task.done() for task in tasks):
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED,
                                                    timeout=None if tasks else self._idle_wait_s)
-                if not done or consumers_changed in done:
+                if not done or consumers_changed in done or rules_changed in done:
                     break  # a queue to wait on came or went: the next round waits anew
                 if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
                     break
         finally:
+            self._rules_changed = None
+            rules_changed.cancel()
             if consumers_changed is not None and not consumers_changed.done():
                 consumers_changed.cancel()
                 await asyncio.gather(consumers_changed, return_exceptions=True)
@@ -328,7 +368,7 @@ class Dispatcher:
         """Which woken messages to keep for ``free`` slots: the highest priorities (strict),
         or a share drawn by weight (weighted), each kept only as the capacity rule allows
         with those kept before it; the rest is surplus, handed back."""
-        if self._settings.scheduling == "strict" or len(messages) <= free:
+        if self._scheduling == "strict" or len(messages) <= free:
             ordered = sorted(messages, key=lambda m: self._index[m.queue])
         else:
             by_queue: dict[str, list[Message]] = {name: [] for name in self._names}
@@ -363,6 +403,8 @@ class Dispatcher:
             raise
         self.healthy = True
         self._last_tried[index] = self._clock()
+        for message in batch:  # its priority now (a reload may have reordered the queues)
+            message.priority = index
         self._in_hand += batch
         self._count_in(batch, 1)
         self._observer.receive_call(name, index, empty=not batch)

@@ -17,11 +17,17 @@ effective concurrency). ``stop()`` stops taking, lets in-flight tasks finish for
 ``shutdown.grace_s``, then cancels the rest: cancelled workers return their messages at once
 (``worker.stopped``: a counted retry if the app had the message, never past the last attempt,
 else a release), and what a cancelled take held goes back unseen (``STOPPING_REASON``).
+
+``concurrency`` is read from the live settings (``settings.live``) at each take: a reload that
+grows it lets the loop take at once (a change wakes it), one that shrinks it takes nothing
+until fewer messages than the new value are at the app. Messages are counted per queue by
+name, so a queue a reload removed or moved keeps its count until its messages are settled.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 
 from priority_pubsub.core.backoff import Backoff
@@ -30,6 +36,7 @@ from priority_pubsub.core.message import Message
 from priority_pubsub.delivery.dispatcher import Dispatcher
 from priority_pubsub.delivery.worker import STOPPING_REASON, Worker
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver
 
@@ -61,16 +68,16 @@ RECEIVE_BACKOFF_MAX_S = 5.0
 class Receiver:
     def __init__(
         self,
-        settings: Settings,
+        settings: Settings | LiveSettings,
         dispatcher: Dispatcher,
         worker: Worker,
         observer: DeliveryObserver,
         capacity: Callable[[int], int] | None = None,
     ) -> None:
-        concurrency = settings.concurrency
-        self._capacity = capacity or (lambda in_flight: concurrency - in_flight)
+        self._live = live = LiveSettings.of(settings)
+        self._capacity = capacity or (lambda in_flight: live.settings.concurrency - in_flight)
         """How many more messages may be taken with ``in_flight`` in hand."""
-        self._grace_s = settings.shutdown.grace_s
+        self._grace_s = live.settings.shutdown.grace_s
         self._dispatcher = dispatcher
         self._worker = worker
         self._observer = observer
@@ -79,12 +86,8 @@ class Receiver:
         self._at_app = 0
         """Messages the app has or is about to get (slots not yet freed): what
         ``capacity`` counts."""
-        self._queue_index = {name: i for i, name in enumerate(settings.queue_names)}
-        self._at_app_by_queue = [0] * len(settings.queue_names)
-        """``_at_app`` per queue: what the capacity rule (reserves, limits) counts."""
-        self._most_held = 2 * concurrency
-        """Messages held at once, settles under way included: a broker slow to settle
-        must not let leases pile up while the app keeps answering."""
+        self._at_app_by_queue: Counter[str] = Counter()
+        """``_at_app`` per queue name: what the capacity rule (reserves, limits) counts."""
         self._slot_freed = asyncio.Event()
         self._open = asyncio.Event()
         self._open.set()
@@ -94,12 +97,13 @@ class Receiver:
         """``pause`` cancelled the take (not ``stop``): the loop carries on."""
         self._abandon_reason = PAUSED_REASON
         self._loop: asyncio.Task[None] | None = None
+        live.on_change(self._slot_freed.set)  # the concurrency may have grown: look again
 
-    def add_queue(self, name: str) -> None:
-        """A queue added while running, the lowest (``Dispatcher.add_queue``)."""
-        if name not in self._queue_index:
-            self._queue_index[name] = len(self._at_app_by_queue)
-            self._at_app_by_queue.append(0)
+    @property
+    def _most_held(self) -> int:
+        """Messages held at once, settles under way included: a broker slow to settle
+        must not let leases pile up while the app keeps answering."""
+        return 2 * self._live.settings.concurrency
 
     @property
     def in_flight(self) -> int:
@@ -120,9 +124,9 @@ class Receiver:
                 and len(self._tasks) < self._most_held)
 
     @property
-    def at_app_by_queue(self) -> tuple[int, ...]:
-        """Messages of each queue (highest first) at the app now."""
-        return tuple(self._at_app_by_queue)
+    def at_app_by_queue(self) -> dict[str, int]:
+        """Messages of each queue at the app now, by name (a copy)."""
+        return dict(self._at_app_by_queue)
 
     @property
     def paused(self) -> bool:
@@ -197,7 +201,7 @@ class Receiver:
         self._taking = task
         try:
             return await self._dispatcher.take(free, self._why_abandoned,
-                                               busy=self.at_app_by_queue,
+                                               busy=self._at_app_by_queue,
                                                slot_freed=self._slot_freed)
         except asyncio.CancelledError:
             # ``uncancel`` counts the cancel requests: a ``stop`` as well still ends the loop
@@ -213,18 +217,18 @@ class Receiver:
 
     def _start_task(self, message: Message) -> None:
         self._observer.received(message)
-        index = self._queue_index[message.queue]
+        queue = message.queue
         self._at_app += 1
-        self._at_app_by_queue[index] += 1
-        slot = AppSlot(lambda: self._slot_given_back(index))
+        self._at_app_by_queue[queue] += 1
+        slot = AppSlot(lambda: self._slot_given_back(queue))
         task = asyncio.create_task(self._worker.handle(message, slot.free),
                                    name=f"msg-{message.id}")
         self._tasks[task] = message
         task.add_done_callback(lambda done: self._task_done(done, slot))
 
-    def _slot_given_back(self, index: int) -> None:
+    def _slot_given_back(self, queue: str) -> None:
         self._at_app -= 1
-        self._at_app_by_queue[index] -= 1
+        self._at_app_by_queue[queue] -= 1
         self._slot_freed.set()
 
     def _task_done(self, task: asyncio.Task[None], slot: AppSlot) -> None:

@@ -17,6 +17,7 @@ from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.delivery.settlement import Settlement, Verb, plan_settlement
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver, Settled
 from priority_pubsub.telemetry.tracing import NO_TRACE, AttemptTrace
@@ -25,8 +26,10 @@ log = get_logger("priority_pubsub.delivery")
 
 
 class Settler:
-    def __init__(self, settings: Settings, driver: Driver, observer: DeliveryObserver) -> None:
-        self._retry = settings.retry
+    def __init__(self, settings: Settings | LiveSettings, driver: Driver,
+                 observer: DeliveryObserver) -> None:
+        self._live = LiveSettings.of(settings)
+        """The retry policy is read from it at each settle (a reload may change it)."""
         self._driver = driver
         self._observer = observer
         # once: a runtime-checkable isinstance costs ~10 us, too much for every settle
@@ -43,7 +46,7 @@ class Settler:
     ) -> Settled:
         """Settle ``message`` as ``outcome`` says and return what happened; never raises a
         driver's error (it is reported as ``settle_failed``). Callers shield it."""
-        plan = plan_settlement(outcome, message.attempt, self._retry,
+        plan = plan_settlement(outcome, message.attempt, self._live.settings.retry,
                                shutting_down=shutting_down,
                                dead_letter_enabled=self._driver.dead_letter_enabled,
                                drop_handled=self._drop_handled)

@@ -25,6 +25,7 @@ from priority_pubsub.delivery.settlement import admit
 from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.logs import get_logger
 from priority_pubsub.telemetry.observer import DeliveryObserver
 from priority_pubsub.telemetry.tracing import NO_TRACE, NO_TRACING, AttemptTrace, DeliveryTracer
@@ -59,11 +60,13 @@ def stopped(attempt: Attempt, cancel: asyncio.CancelledError) -> Outcome:
 
 
 class Worker:
-    """Shared by all worker tasks: holds no per-message state between calls."""
+    """Shared by all worker tasks: holds no per-message state between calls. The retry policy
+    and the timeouts are read from the live settings at each delivery (a reload changes
+    them for the next one; a delivery under way keeps the timeout it started with)."""
 
     def __init__(
         self,
-        settings: Settings,
+        settings: Settings | LiveSettings,
         driver: Driver,
         forwarder: AppChannel,
         observer: DeliveryObserver,
@@ -73,7 +76,7 @@ class Worker:
         *,
         gate: AppGate | None = None,
     ) -> None:
-        self._settings = settings
+        self._live = live = LiveSettings.of(settings)
         self._tracer = tracer
         self._gate = gate
         """None: no app gating (tests of what follows a delivery)."""
@@ -81,13 +84,10 @@ class Worker:
         self._forwarder = forwarder
         self._observer = observer
         self._settler = settler
-        self._chain = TransformChain.from_config(settings.transforms)
-        self._delivery = delivery or NativeDelivery(settings)
+        self._chain = TransformChain.from_config(live.settings.transforms)
+        self._delivery = delivery or NativeDelivery(live)
         self.running = Running()
         """The deliveries at the app now: what a cancel (the timeout's, an operator's) finds."""
-        self._timeout_s = settings.app.timeout_s
-        self._queue_timeout_s = {q.name: q.timeout_s for q in settings.queues
-                                 if q.timeout_s is not None}
 
     async def handle(self, message: Message, answered: Callable[[], None] = lambda: None) -> None:
         """Run one attempt to its settled end. Cancellation (the stop, past its grace period)
@@ -97,7 +97,7 @@ class Worker:
         attempt ended without reaching it), before the settle: the receiver counts the
         app's concurrency up to there, so the next message's receive overlaps this settle."""
         attempt = Attempt(message, trace=self._tracer.attempt(message))
-        keeper = LeaseKeeper(self._driver, message, self._settings.lease.duration_s,
+        keeper = LeaseKeeper(self._driver, message, self._live.settings.lease.duration_s,
                              self._observer)
         keeper.start()
         try:
@@ -130,7 +130,7 @@ class Worker:
         message = attempt.message
         if message.defect is not None:
             return Outcome.dead(f"malformed message: {message.defect}")
-        refused = admit(message.attempt, self._settings.retry,
+        refused = admit(message.attempt, self._live.settings.retry,
                         releases_counted=self._driver.releases_count_as_attempts)
         if refused is not None:
             return refused
@@ -160,7 +160,7 @@ class Worker:
             prepared = dataclasses.replace(prepared, request=request)
         outcome = await self.running.send(
             message, self._forwarder.deliver(prepared),
-            self._queue_timeout_s.get(message.queue, self._timeout_s))
+            self._live.timeout_s(message.queue))
         self._observer.forwarded(message, time.perf_counter() - started)
         return outcome if self._gate is None else self._gate.observe(message, outcome)
 

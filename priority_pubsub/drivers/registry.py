@@ -5,13 +5,19 @@ from __future__ import annotations
 
 from typing import cast
 
-from priority_pubsub.drivers.base import Driver, DriverContext
+from priority_pubsub.drivers.base import Driver, DriverContext, QueueAdder
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.settings.plugins import load_driver
 
 
 def driver_class(name: str) -> type[Driver]:
     return cast("type[Driver]", load_driver(name))
+
+
+def adds_queues(name: str) -> bool:
+    """Whether driver ``name`` can take a queue not configured at start (``QueueAdder``):
+    what a live reload that adds a queue needs."""
+    return issubclass(driver_class(name), QueueAdder)
 
 
 def build_driver(settings: Settings) -> Driver:

@@ -13,23 +13,24 @@ from priority_pubsub.monitor.dead_letters import DeadLetterDesk
 from priority_pubsub.monitor.history import History
 from priority_pubsub.monitor.routes import Monitor
 from priority_pubsub.monitor.state import DepthReading, MonitorSources
-from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver
 
 
 def build_monitor(
-    settings: Settings, *, driver: Driver, metrics: Metrics, gate: AppGate, receiver: Receiver,
+    live: LiveSettings, *, driver: Driver, metrics: Metrics, gate: AppGate, receiver: Receiver,
     control: QueueControl, observer: DeliveryObserver, depths: dict[str, DepthReading],
     connected: Callable[[], bool],
 ) -> Monitor:
+    settings = live.settings  # what a reload cannot change: the dead letters, the monitor
     desk = DeadLetterDesk(
         driver, settings.dead_letter.queue if settings.dead_letter else None,
-        settings.queue_names, lambda: observer.dead_letters,
+        live.names_view, lambda: observer.dead_letters,
     )
     sources = MonitorSources(
-        settings=settings, gate=gate, receiver=receiver, control=control, observer=observer,
-        history=History(metrics, settings.queue_names, settings.monitor.sample_s),
+        live=live, gate=gate, receiver=receiver, control=control, observer=observer,
+        history=History(metrics, live.names_view, settings.monitor.sample_s),
         dead_letters=desk, depths=depths, connected=connected,
     )
     journal_dir = settings.journal.path if settings.journal else None

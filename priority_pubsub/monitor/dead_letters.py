@@ -16,7 +16,7 @@ and it cannot act on it: the page says so, and points to ``priority-pubsub reque
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from priority_pubsub.core.errors import LeaseLost
@@ -70,8 +70,9 @@ class Listing:
 
 
 class DeadLetterDesk:
-    def __init__(self, driver: Driver, queue: str | None, queue_names: tuple[str, ...],
+    def __init__(self, driver: Driver, queue: str | None, queue_names: Collection[str],
                  recorded: Callable[[], Sequence[DeadLetter]]) -> None:
+        """``queue_names``: the queues consumed (a live view: a requeue goes back to one)."""
         self._driver = driver
         self._dead_queues: tuple[str, ...] = ()
         """The dead-letter queues listed: ``dead_letter.queue``, or each consumed queue's own

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from priority_pubsub.telemetry.metrics import Metrics
@@ -29,7 +29,7 @@ class Sample:
     counts: Counts
 
 
-def read_counts(metrics: Metrics, queues: tuple[str, ...]) -> Counts:
+def read_counts(metrics: Metrics, queues: Collection[str]) -> Counts:
     """The counters now, per queue and series (one collect per metric, not per value)."""
     counts: Counts = {name: dict.fromkeys(SERIES, 0.0) for name in queues}
     for family in metrics.received.collect():
@@ -45,8 +45,10 @@ def read_counts(metrics: Metrics, queues: tuple[str, ...]) -> Counts:
 
 
 class History:
-    def __init__(self, metrics: Metrics, queues: tuple[str, ...], interval_s: float = 10.0,
+    def __init__(self, metrics: Metrics, queues: Collection[str], interval_s: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """``queues``: the queues in force (a live view: a reload may add or remove one; a
+        queue new since a sample counts from zero there)."""
         self._metrics = metrics
         self._queues = queues
         self.interval_s = interval_s
@@ -63,7 +65,9 @@ class History:
         if base is None or now.at_s - base.at_s < 1:
             return {q: dict.fromkeys(SERIES, 0.0) for q in self._queues}
         scale = 60 / (now.at_s - base.at_s)
-        return {q: {k: round((now.counts[q][k] - base.counts[q][k]) * scale, 1) for k in SERIES}
+        zero = dict.fromkeys(SERIES, 0.0)
+        return {q: {k: round((now.counts.get(q, zero)[k] - base.counts.get(q, zero)[k]) * scale,
+                             1) for k in SERIES}
                 for q in self._queues}
 
     def now(self) -> Sample:
@@ -71,5 +75,5 @@ class History:
 
     def sparkline(self, queue: str, series: str = "delivered") -> list[float]:
         """Events per sample interval over the last 15 minutes, oldest first."""
-        values = [s.counts[queue][series] for s in self._samples]
+        values = [s.counts[queue][series] for s in self._samples if queue in s.counts]
         return [b - a for a, b in itertools.pairwise(values)]

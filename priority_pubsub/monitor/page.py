@@ -83,6 +83,7 @@ def _overview(doc: dict[str, Any], writable: bool) -> str:
         ("driver", "connected" if view["driver_connected"] else
                    '<span class="state down">not connected</span>'),
         ("draining", f'<span id="drain-state">{_e(drain_text)}</span>'),
+        ("config", _config(doc)),
     ]
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in cells)
     actions = ""
@@ -90,6 +91,31 @@ def _overview(doc: dict[str, Any], writable: bool) -> str:
         actions = (_button("drain-end", "end drain") if drain is not None
                    else _button("drain", "drain (stop taking from all queues)"))
     return f'<section id="overview"><h2>This replica</h2><table>{rows}</table>{actions}</section>'
+
+
+def _config(doc: dict[str, Any]) -> str:
+    """The config in force (its hash: compare replicas) and the last refused reload."""
+    config = doc["config"]
+    text = (f'<span id="config-hash">{_e(config["hash"] or "not from a file")}</span>, '
+            f'loaded {_e(when(config["loaded_ms"]))}')
+    refused = config["last_refused"]
+    if refused is not None:
+        text += (f'<br><span class="state down">last reload refused</span> '
+                 f'{_e(when(refused["at_ms"]))}: <span id="config-refused">'
+                 f'{_e(refused["reason"])}</span>')
+    return text
+
+
+def _taking(doc: dict[str, Any], q: dict[str, Any]) -> str:
+    """Whether the queue is taken from, and if not who holds it: the config (every replica
+    reading it) or an operator (this replica only)."""
+    held = []
+    if q.get("paused_by_config"):
+        held.append('<span class="state paused">paused by the config</span> (every replica)')
+    if q["paused"] is not None:
+        held.append(f'<span class="state paused">paused on this replica only</span> for '
+                    f'{_e(duration(_since_s(doc, q["paused"])))}')
+    return "<br>".join(held) or "taking"
 
 
 def _reserve_plan(plan: list[dict[str, Any]] | None) -> str:
@@ -130,9 +156,7 @@ def _queues(doc: dict[str, Any], writable: bool) -> str:
         oldest = "unknown" if broker is None else duration(broker["oldest_age_s"])
         starved = {None: "-", True: '<span class="state down">STARVED</span>',
                    False: "no"}[q["starved"]]
-        taking = "taking" if q["paused"] is None else (
-            f'<span class="state paused">paused</span> for '
-            f'{_e(duration(_since_s(doc, q["paused"])))}')
+        taking = _taking(doc, q)
         if writable:
             verb = ("resume", "resume") if q["paused"] else ("pause", "pause")
             taking += " " + _button(verb[0], verb[1], queue=q["name"])

@@ -153,7 +153,7 @@ class Monitor:
     def _queue_action(self, request: web.Request,
                       act: Callable[[str, str], dict[str, Any]]) -> web.StreamResponse:
         queue = request.match_info["queue"]
-        if queue not in self.sources.settings.queue_names:
+        if queue not in self.sources.live.index:
             return _error(404, "no such queue")
         return self._done(act(queue, _client(request)))
 

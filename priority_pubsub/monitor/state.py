@@ -1,7 +1,9 @@
 """What the monitor shows, as one JSON-ready document (``/api/v1/state``, and the page).
 
-It reads this replica's parts: the app gate, the receiver (what is in flight), the operator's
-queue control, the delivery observer (last delivery, its own dead letters), the metrics
+It reads this replica's parts: the settings in force (their hash, when they were loaded,
+the last refused reload: when every replica runs the new config), the app gate, the
+receiver (what is in flight), the queue control (the operator's pauses, the config's),
+the delivery observer (last delivery, its own dead letters), the metrics
 history (rates, sparklines) and the broker depths the sidecar's refresher last read (the
 broker's figures, labelled so). Never a message body; reasons pass through ``redact``.
 """
@@ -24,12 +26,13 @@ from priority_pubsub.delivery.receiver import Receiver
 from priority_pubsub.drivers.base import DeadLetter, QueueDepth
 from priority_pubsub.monitor.dead_letters import DeadLetterDesk, DeadLetterFilter
 from priority_pubsub.monitor.history import History
-from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.observer import DeliveryObserver
 
 API_VERSION = 1
-RUNTIME_ONLY = ("Pauses and drain are this replica's alone, kept in memory: a restart of the "
-                "sidecar forgets them.")
+RUNTIME_ONLY = ("Pauses and drain from this page are this replica's alone, kept in memory: a "
+                "restart of the sidecar forgets them. A pause by the config "
+                "(queues[].paused) holds every replica that reads it.")
 SHOWN_DEAD_LETTERS = 200
 
 
@@ -45,7 +48,7 @@ class DepthReading:
 class MonitorSources:
     """The parts the monitor reads, handed over by the composition root."""
 
-    settings: Settings
+    live: LiveSettings
     gate: AppGate
     receiver: Receiver
     control: QueueControl
@@ -70,19 +73,21 @@ async def snapshot(src: MonitorSources, selected: DeadLetterFilter) -> dict[str,
     wall_ms = now_ms()
     queues = [_queue_row(src, name, priority, rates[name], wall_ms)
               | {"since_start": now.counts[name]}
-              for priority, name in enumerate(src.settings.queue_names)]
+              for priority, name in enumerate(src.live.names)]
     flag_starvation(queues)
     listing = await src.dead_letters.listing(selected, SHOWN_DEAD_LETTERS)
+    settings = src.live.settings
     return {
         "v": API_VERSION,
         "replica": {"host": Pod.current().replica, "pid": os.getpid(),
-                    "driver": src.settings.driver.type,
-                    "scheduling": src.settings.scheduling},
+                    "driver": settings.driver.type,
+                    "scheduling": settings.scheduling},
         "generated_ms": wall_ms,
+        "config": config_state(src.live),
         "runtime_only": RUNTIME_ONLY,
         "overview": _overview(src, held, wall_ms),
         "queues": queues,
-        "in_flight": [_in_flight_row(m, wall_ms, src.settings.lease.duration_s)
+        "in_flight": [_in_flight_row(m, wall_ms, settings.lease.duration_s)
                       for m in sorted(held, key=lambda m: m.received_ms)],
         "dead_letters": {
             "source": listing.source, "queue": listing.queue,
@@ -91,6 +96,15 @@ async def snapshot(src: MonitorSources, selected: DeadLetterFilter) -> dict[str,
             "items": [_dead_letter_row(d) for d in listing.letters],
         },
     }
+
+
+def config_state(live: LiveSettings) -> dict[str, Any]:
+    """The config in force: its files' hash and when it was loaded (a replica still showing
+    the old hash has not taken the new file yet), and the last reload refused, if any."""
+    refused = live.last_refused
+    return {"hash": live.source_hash or None, "loaded_ms": live.loaded_ms,
+            "last_refused": None if refused is None else {
+                "at_ms": refused.at_ms, "reason": redact(refused.reason)}}
 
 
 def _overview(src: MonitorSources, held: list[Message], wall_ms: int) -> dict[str, Any]:
@@ -102,9 +116,9 @@ def _overview(src: MonitorSources, held: list[Message], wall_ms: int) -> dict[st
         "app": {"state": state, "reason": redact(blocked) if blocked else None,
                 "for_s": round(time.monotonic() - health.since, 1)},
         "workers": {"busy": src.receiver.at_app, "in_flight": len(held),
-                    "concurrency": src.settings.concurrency,
+                    "concurrency": src.live.settings.concurrency,
                     "effective_concurrency": gate.limiter.limit},
-        "reserve": _reserve_plan(src.settings, held),
+        "reserve": _reserve_plan(src.live, held),
         "oldest_in_flight_s": (round((wall_ms - min(m.received_ms for m in held)) / 1000, 1)
                                if held else None),
         "driver_connected": src.connected(),
@@ -113,14 +127,14 @@ def _overview(src: MonitorSources, held: list[Message], wall_ms: int) -> dict[st
     }
 
 
-def _reserve_plan(settings: Settings, held: list[Message]) -> list[dict[str, Any]] | None:
+def _reserve_plan(live: LiveSettings, held: list[Message]) -> list[dict[str, Any]] | None:
     """Per queue with a ``reserve`` or ``max_concurrency`` (docs/long-tasks.md): those
     settings and its messages in flight now; None when no queue has either."""
-    if not any(q.reserve or q.max_concurrency is not None for q in settings.queues):
+    if not any(q.reserve or q.max_concurrency is not None for q in live.queues):
         return None
     busy = Counter(m.queue for m in held)
     return [{"queue": q.name, "reserve": q.reserve, "max_concurrency": q.max_concurrency,
-             "in_flight": busy[q.name]} for q in settings.queues]
+             "in_flight": busy[q.name]} for q in live.queues]
 
 
 def _queue_row(src: MonitorSources, name: str, priority: int, per_minute: dict[str, float],
@@ -131,6 +145,7 @@ def _queue_row(src: MonitorSources, name: str, priority: int, per_minute: dict[s
     return {
         "name": name, "priority": priority,
         "paused": None if paused is None else _hold(paused),
+        "paused_by_config": src.control.paused_by_config(name),
         "broker": None if reading is None else {
             "visible": reading.depth.visible, "in_flight": reading.depth.in_flight,
             "delayed": reading.depth.delayed,
@@ -146,14 +161,16 @@ def _queue_row(src: MonitorSources, name: str, priority: int, per_minute: dict[s
 
 
 def flag_starvation(queues: list[dict[str, Any]]) -> None:
-    """A queue is starved when it waits (the broker shows a backlog), is not paused, took
-    nothing in the last minute, and a higher queue did: None where the broker cannot tell."""
+    """A queue is starved when it waits (the broker shows a backlog), is not paused (by the
+    operator or the config), took nothing in the last minute, and a higher queue did: None
+    where the broker cannot tell."""
     served_above = False
     for row in queues:
         broker = row["broker"]
         if broker is not None and broker["visible"] is not None:
             row["starved"] = bool(served_above and broker["visible"] > 0
                                   and row["paused"] is None
+                                  and not row.get("paused_by_config")
                                   and row["per_minute"]["delivered"] == 0)
         served_above = served_above or row["per_minute"]["delivered"] > 0
 

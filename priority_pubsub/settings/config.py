@@ -70,6 +70,10 @@ class QueueConfig(_Strict):
     call cancelled), the worker is free at once and the message is retried with reason
     ``timeout`` (a counted attempt): a hung task holds its worker this long, not the global
     timeout (docs/long-tasks.md)."""
+    paused: bool = False
+    """True: no replica takes from this queue (what it holds finishes); set and cleared by a
+    live reload, so one ConfigMap edit pauses it fleet-wide (docs/operations/reload.md). An
+    operator's pause from the monitor is this replica's alone; either one holds the queue."""
 
     @model_validator(mode="after")
     def _limit_holds_the_reserve(self) -> QueueConfig:
@@ -348,6 +352,15 @@ class LogConfig(_Strict):
         return value.lower() if isinstance(value, str) else value
 
 
+class ReloadConfig(_Strict):
+    """Live reload (docs/operations/reload.md): SIGHUP always reloads the config file;
+    ``watch`` also reloads it when it changes (a ConfigMap update included)."""
+
+    watch: bool = True
+    """Watch the config file (and in Dapr mode the resources directories) and reload within
+    a few seconds of a change; False: only SIGHUP reloads."""
+
+
 class Settings(_Strict):
     """The whole sidecar configuration (docs/configuration.md)."""
 
@@ -381,6 +394,8 @@ class Settings(_Strict):
     """One JSON line per settled attempt (the delivery report reads them); off when omitted."""
     log: LogConfig = LogConfig()
     """Logging."""
+    reload: ReloadConfig = ReloadConfig()
+    """Live reload: on SIGHUP, and when the config file changes (``watch``)."""
     tracing: TracingConfig | None = None
     """Off unless set here or ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is in the environment."""
     _driver_options: DriverOptions | None = PrivateAttr(default=None)

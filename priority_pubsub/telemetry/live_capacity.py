@@ -35,11 +35,12 @@ class LiveCapacity:
         of them (RSS grew 14 MB per 100 k messages: ``bench.soak`` caught it)."""
         self._depths: list[deque[tuple[float, int]]] = [deque() for _ in self._slo]
 
-    def add_queue(self, wait_slo_s: float | None = None) -> None:
-        """One more queue, the lowest (added while running)."""
-        self._slo.append(wait_slo_s)
-        self._served.append(deque())
-        self._depths.append(deque())
+    def reshape(self, kept: Sequence[int | None], wait_slo_s: Sequence[float | None]) -> None:
+        """The queues in force changed (a live reload, a queue added while running): queue
+        ``i`` is now the former ``kept[i]`` (its window kept), or new (None)."""
+        self._served = [self._served[k] if k is not None else deque() for k in kept]
+        self._depths = [self._depths[k] if k is not None else deque() for k in kept]
+        self._slo = list(wait_slo_s)
 
     def served(self, queue: int, service_s: float) -> None:
         """One delivery of ``queue`` held a worker ``service_s``."""

@@ -115,6 +115,13 @@ class Metrics:
             "1 while an operator drains this replica: nothing new is taken (runtime only).",
             registry=r,
         )
+        self.config_reloads = Counter(
+            "priority_pubsub_config_reloads", "Live reloads of the config (SIGHUP, the file "
+            "changed), by result: applied, or refused (restart-only keys, an invalid file).",
+            ["result"], registry=r,
+        )
+        for result in ("applied", "refused"):
+            self.config_reloads.labels(result)
         self.event_loop_tasks = Gauge(
             "priority_pubsub_event_loop_tasks",
             "asyncio tasks alive in the sidecar's loop at scrape time (one that only grows "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from priority_pubsub.core.message import DeadLetter, Message, now_ms
 from priority_pubsub.core.outcome import Kind
+from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.journal import JournalRecord, JournalWriter
 from priority_pubsub.telemetry.live_capacity import LiveCapacity
 from priority_pubsub.telemetry.logs import get_logger
@@ -45,29 +46,40 @@ class DeliveryObserver:
         journal: JournalWriter | None,
         *,
         driver_type: str,
-        log_successes: bool = False,
         capacity: LiveCapacity | None = None,
-        queue_names: tuple[str, ...] = (),
+        live: LiveSettings | None = None,
     ) -> None:
+        """``live``: the settings in force, for the log level (successes are logged at
+        debug) and the queues ``capacity`` counts deliveries of (by priority)."""
         self.metrics = metrics
         self._journal = journal
         self._driver_type = driver_type
-        self._log_successes = log_successes
+        self._live = live
+        self._log_successes = False
         self._capacity = capacity
-        self._queue_index = {name: index for index, name in enumerate(queue_names)}
-        """Queue positions for ``capacity`` (which counts deliveries, not releases)."""
+        self._capacity_queues: tuple[str, ...] = ()
+        """The queues ``capacity`` counts now, highest first (the live ones, kept in step)."""
+        if live is not None:
+            self._capacity_queues = live.names
+            self._settings_changed()
+            live.on_change(self._settings_changed)
         self.last_received_ms: dict[str, int] = {}
         """Per queue, when this replica last received from it (the monitor's "last")."""
         self.dead_letters: deque[DeadLetter] = deque(maxlen=RECENT_DEAD_LETTERS)
         """This replica's own dead letters since it started, newest last (the monitor's
         list where the broker cannot browse its dead-letter queue: SQS, Pub/Sub)."""
 
-    def add_queue(self, name: str) -> None:
-        """A queue added while running, the lowest (its capacity counted from now)."""
-        if name not in self._queue_index:
-            self._queue_index[name] = len(self._queue_index)
-            if self._capacity is not None:
-                self._capacity.add_queue()
+    def _settings_changed(self) -> None:
+        """A reload, or a queue added: the log level and the capacity's queues in force
+        with their ``wait_slo_s`` (a queue kept keeps its window, wherever it moved)."""
+        assert self._live is not None
+        self._log_successes = self._live.settings.log.level == "debug"
+        names = self._live.names
+        if self._capacity is not None:  # the queues, or their wait_slo_s, may have changed
+            before = {name: index for index, name in enumerate(self._capacity_queues)}
+            self._capacity.reshape([before.get(name) for name in names],
+                                   [queue.wait_slo_s for queue in self._live.queues])
+        self._capacity_queues = names
 
     def received(self, message: Message) -> None:
         self.last_received_ms[message.queue] = message.received_ms
@@ -94,10 +106,11 @@ class DeliveryObserver:
         message, kind = event.message, event.kind
         settled_ms = now_ms()
         self.metrics.queue(message.queue, message.priority).settled[kind.value].inc()
-        if self._capacity is not None and kind is not Kind.RELEASE:
-            started_ms = event.forwarded_ms or message.received_ms
-            self._capacity.served(self._queue_index[message.queue],
-                                  (settled_ms - started_ms) / 1000)
+        if self._capacity is not None and kind is not Kind.RELEASE and self._live is not None:
+            index = self._live.index.get(message.queue)  # None: a reload removed its queue
+            if index is not None:
+                started_ms = event.forwarded_ms or message.received_ms
+                self._capacity.served(index, (settled_ms - started_ms) / 1000)
         if kind is not Kind.ACK or self._log_successes:  # an ack logs nothing above debug
             self._log(event, settled_ms - (event.forwarded_ms or message.received_ms))
             if kind is Kind.DEAD:

@@ -3,14 +3,17 @@ have, top-level or nested, given a string, a number, a list and null, through ``
 --offline``, ``check`` and ``run``, with and without daprd's flags, and under environment
 overrides. Refused: exit 2, one line on stderr naming the section and the model it expects,
 no traceback. Null is what the model says: "off" where the section is optional (accepted),
-refused where it is not.
+refused where it is not. A live reload (issue 40) reads the file the same way: the same table
+is refused there, the config in force kept, in one log line, and the process goes on.
 
 The table is generated from the models, so a new section is covered without editing it. The
-CLI runs in-process (``CliRunner``) for the table and as a real process for a few ``run``s."""
+CLI runs in-process (``CliRunner``) for the table and as a real process for a few ``run``s;
+the reload runs in-process on a running settings owner, and once as a real SIGHUP."""
 
 from __future__ import annotations
 
 import copy
+import json
 import types
 import typing
 from collections.abc import Iterator
@@ -21,14 +24,21 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import BaseModel
+from structlog.testing import capture_logs
 from typer.testing import CliRunner
 
 from priority_pubsub import cli as cli_module
 from priority_pubsub.dapr.flags import DaprdFlags
-from priority_pubsub.dapr.setup import load
+from priority_pubsub.dapr.setup import load, native_reload
+from priority_pubsub.delivery.reload import Reloader
 from priority_pubsub.settings.config import Settings
+from priority_pubsub.settings.live import LiveSettings
+from priority_pubsub.telemetry.metrics import Metrics
+from tests.e2e.helpers import total
+from tests.support.app import RecordingApp
 from tests.support.servers import free_port
-from tests.support.sidecar import cli
+from tests.support.sidecar import SidecarProcess, cli, write_config
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.local
 
@@ -239,3 +249,53 @@ def test_run_as_a_process_refuses_in_one_line(
     assert f"invalid config: {section}: " in result.stderr, result.stderr
     assert named.model.__name__ in result.stderr
 
+
+
+@pytest.mark.parametrize(("section", "kind"), REFUSED)
+async def test_a_misshapen_section_in_a_live_reload_is_refused_in_one_line(
+    tmp_path: Path, base: dict[str, Any], section: Section, kind: str
+) -> None:
+    """What ``run`` refuses at start, a reload of the running sidecar refuses: through the
+    reload's own path (``native_reload``: ``load`` as at start), on its settings owner."""
+    path = _write(tmp_path, base)
+    live = LiveSettings(load(path, DaprdFlags(), reach_app=False).settings)
+    metrics = Metrics()
+    reloader = Reloader(live, native_reload(path, DaprdFlags(), live.settings), metrics,
+                        add_queue=None)
+    in_force = live.settings
+    _write(tmp_path, _with(base, section.path, VALUES[kind]))
+    with capture_logs() as logs:
+        result = await reloader.reload("SIGHUP")
+    assert not result.applied
+    assert live.settings is in_force
+    assert [entry["log_level"] for entry in logs] == ["warning"], logs  # one line
+    reason = str(logs[0]["reason"])
+    assert f"invalid config: {section.path}: " in reason, reason
+    assert section.model.__name__ in reason, reason
+    assert total(metrics.render().decode(), "priority_pubsub_config_reloads_total",
+                 result="refused") == 1
+
+
+def test_a_misshapen_section_sent_by_sighup_is_refused_and_the_process_goes_on(
+    tmp_path: Path, app: RecordingApp
+) -> None:
+    config = {"queues": [{"name": "a"}], "app": {"url": app.url},
+              "driver": {"type": "local", "path": str(tmp_path / "queues.db")},
+              "log": {"level": "info", "format": "json"}}
+    sidecar = SidecarProcess(tmp_path, config)
+    try:
+        sidecar.wait_ready()
+        write_config(tmp_path, _with(sidecar.config, "app", "http://127.0.0.1:8000"),
+                     sidecar.config_path.name)
+        sidecar.hang_up()
+        wait_until(lambda: total(sidecar.metrics(), "priority_pubsub_config_reloads_total",
+                                 result="refused") == 1, timeout_s=10)
+        assert sidecar.ready_status() == 200  # still up, still serving
+    finally:
+        assert sidecar.stop() == 0
+    refusals = [json.loads(line) for line in sidecar.logs().splitlines()
+                if "config reload refused" in line]
+    assert len(refusals) == 1, sidecar.logs()
+    assert "invalid config: app: " in refusals[0]["reason"]
+    assert "AppConfig" in refusals[0]["reason"]
+    assert "Traceback" not in sidecar.logs()

@@ -1,4 +1,4 @@
-"""The shared end-to-end scenarios on the local SQLite driver."""
+"""The shared end-to-end scenarios on the local SQLite driver, live reload's among them."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ from typing import ClassVar
 
 import pytest
 
+from tests.e2e.reload_scenarios import ReloadScenarios
 from tests.e2e.scenarios import SidecarScenarios
 from tests.support.topologies.local import LocalTopology
 
 pytestmark = pytest.mark.local
 
 
-class TestLocalScenarios(SidecarScenarios):
+class TestLocalScenarios(SidecarScenarios, ReloadScenarios):
     app_down_messages: ClassVar[int] = 500  # issue 13's must-show size
     app_down_s: ClassVar[float] = 30.0
     counts_exactly: ClassVar[bool] = True  # the local driver undoes a return's count

@@ -15,7 +15,8 @@ import pytest
 
 from priority_pubsub.drivers.base import DEAD_LETTER_REASON
 from priority_pubsub.drivers.rabbitmq.wire import ATTEMPT_HEADER
-from tests.e2e.helpers import journal_records, wait_until, weighted_shares
+from priority_pubsub.settings.reload import NOT_ADDABLE
+from tests.e2e.helpers import journal_records, total, wait_until, weighted_shares
 from tests.e2e.scenarios import SidecarScenarios
 from tests.support.app import RecordingApp, Reply
 from tests.support.dapr_resources import (
@@ -249,3 +250,34 @@ def test_dapr_component_and_subscription_deliver_and_the_queue_outlives_the_side
     assert "deletedWhenUnused is true (Dapr's default) and not honoured" in sidecar.logs()
     rabbit.publish("", dapr_event({"order": 8}, topic=topic, pubsub="tasks"), exchange=topic)
     wait_until(lambda: rabbit.count(queue) == 1, timeout_s=5)  # no consumer, still kept
+
+
+def test_a_reload_adding_a_queue_is_refused_where_the_driver_cannot_add_one(
+    tmp_path: Path, app: RecordingApp, rabbit: Rabbit
+) -> None:
+    """Issue 40: RabbitMQ's driver takes no queue after start (not a ``QueueAdder``): a
+    reload that adds one is refused whole (its other change too), one line names the queue,
+    and the queues in force are served on."""
+    first, second = rabbit.queue("first"), rabbit.queue("second")
+    config = rabbit.config(tmp_path, app.url, [first], reload={"watch": False})
+    sidecar = start_sidecar(tmp_path, config)
+    try:
+        write_config(tmp_path, {**sidecar.config, "concurrency": 3,
+                                "queues": [{"name": second}, {"name": first}]},
+                     sidecar.config_path.name)
+        sidecar.hang_up()
+        wait_until(lambda: total(sidecar.metrics(), "priority_pubsub_config_reloads_total",
+                                 result="refused") == 1, timeout_s=10)
+        rabbit.publish(second, event("second"))
+        rabbit.publish(first, event("first"))
+        app.wait_for(1)
+        time.sleep(1.0)  # a take from the refused queue would have delivered by now
+        concurrency = total(sidecar.metrics(), "priority_pubsub_concurrency")
+    finally:
+        assert sidecar.stop() == 0
+    assert [r.event["data"] for r in app.received] == ["first"]
+    assert concurrency == 1  # nothing of the refused reload applied
+    [refusal] = [json.loads(line) for line in sidecar.logs().splitlines()
+                 if "config reload refused" in line]
+    assert refusal["restart_only"] == [f"queues.{second} ({NOT_ADDABLE})"]
+    assert rabbit.count(second) == 1

@@ -16,6 +16,7 @@ from priority_pubsub.core.message import Message
 from priority_pubsub.drivers.sqs.driver import dapr_cloudevent
 from priority_pubsub.settings.config import load_config
 from tests.e2e.helpers import journal_records, wait_until
+from tests.e2e.reload_scenarios import ReloadScenarios
 from tests.e2e.scenarios import SidecarScenarios
 from tests.support.app import RecordingApp, Reply
 from tests.support.sidecar import cli, start_sidecar, write_config
@@ -25,7 +26,7 @@ from tests.support.topologies.sqs import SqsTopology
 pytestmark = pytest.mark.sqs
 
 
-class TestSqsScenarios(SidecarScenarios):
+class TestSqsScenarios(SidecarScenarios, ReloadScenarios):
     # issue 13's must-show size: moto slows with deep queues. A return cannot undo
     # ApproximateReceiveCount: an outage costs each message in hand one count, no more.
     app_down_messages: ClassVar[int] = 50

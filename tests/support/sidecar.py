@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +83,16 @@ class SidecarProcess:
 
     def __init__(self, directory: Path, config: dict[str, Any], name: str = "sidecar",
                  env: dict[str, str] | None = None, args: tuple[str, ...] = (),
-                 prefix: tuple[str, ...] = ()) -> None:
+                 prefix: tuple[str, ...] = (),
+                 write: Callable[[dict[str, Any]], Path] | None = None) -> None:
         """``prefix``: what runs the command (``ip netns exec NAME``, which execs it: the
-        process is the sidecar's own, signals reach it)."""
+        process is the sidecar's own, signals reach it). ``write``: how the config file is
+        written, the path to run with returned (default ``directory/NAME.yaml``)."""
         self.port = free_port()
-        config = {**config, "server": {**config.get("server", {}), "port": self.port}}
-        self.config_path = write_config(directory, config, f"{name}.yaml")
+        self.config = {**config, "server": {**config.get("server", {}), "port": self.port}}
+        """The config it runs with (its own ops port set): what a reload test changes."""
+        self.config_path = (write(self.config) if write is not None
+                            else write_config(directory, self.config, f"{name}.yaml"))
         self.log_path = directory / f"{name}.log"
         self._env = {**os.environ, **(env or {})}
         self._log = self.log_path.open("wb")
@@ -126,6 +131,10 @@ class SidecarProcess:
 
     def terminate(self) -> None:
         self.process.send_signal(signal.SIGTERM)
+
+    def hang_up(self) -> None:
+        """SIGHUP: reload the config."""
+        self.process.send_signal(signal.SIGHUP)
 
     def kill(self) -> None:
         self.process.kill()

@@ -186,7 +186,7 @@ def test_only_429_or_503_with_retry_after_is_a_not_now(
 
 async def test_a_closed_port_is_a_connect_phase_failure_but_a_reset_is_an_attempt() -> None:
     settings = validate_config({"queues": [{"name": "q"}], "app": {"timeout_s": 2}})
-    forwarder = Forwarder(settings.app, 1)
+    forwarder = Forwarder(settings.app)
     await forwarder.start()
     request = AppRequest(b"{}", {}, None)
 

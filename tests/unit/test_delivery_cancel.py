@@ -111,7 +111,7 @@ def hung_app() -> Iterator[RecordingApp]:
 
 async def test_a_sent_batch_is_cancelled_once_every_entry_left(hung_app: RecordingApp) -> None:
     settings = validate_config({"queues": [{"name": "q"}], "app": {"url": hung_app.url}})
-    forwarder = Forwarder(settings.app, 2, exact_status=True)
+    forwarder = Forwarder(settings.app, exact_status=True)
     bulk = BulkChannel(forwarder, forwarder, {"q": BulkSettings(max_messages=2)}, lambda: True)
     await bulk.start()
     running = Running()

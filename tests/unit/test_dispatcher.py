@@ -16,6 +16,7 @@ from priority_pubsub.delivery.dispatcher import Dispatcher
 from priority_pubsub.delivery.receiver import Receiver
 from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.settings.config import Settings, validate_config
+from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.journal import JournalWriter, read_journal_lines
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver
@@ -291,25 +292,29 @@ class Streams:
 
 async def test_a_queue_added_while_a_take_waits_is_the_lowest_and_taken_once_streamed() -> None:
     driver = FakeDriver(("high", "normal", "low", "late"))
-    config = settings()
+    live = LiveSettings(settings())
     observer = DeliveryObserver(Metrics(), None, driver_type="fake")
     streams = Streams({"high", "normal", "low"})
-    dispatcher = Dispatcher(config, driver, observer,  # type: ignore[arg-type]
-                            Settler(config, driver, observer),  # type: ignore[arg-type]
-                            idle_wait_s=0.05, consumers=streams)
+    dispatcher = Dispatcher(live, driver, observer,  # type: ignore[arg-type]
+                            Settler(live, driver, observer),  # type: ignore[arg-type]
+                            idle_wait_s=5, consumers=streams)
     driver.queues["late"].append("x1")
     waiting = asyncio.create_task(dispatcher.take(3, busy=(0, 0, 0)))
     await asyncio.sleep(0.01)  # the take waits on the three queues
-    dispatcher.add_queue("late")
-    dispatcher.add_queue("late")  # once only
+    assert live.add_queue("late")
+    assert not live.add_queue("late")  # once only
+    assert await asyncio.wait_for(waiting, 1) == []  # the change ends the wait at once
+    waiting = asyncio.create_task(dispatcher.take(3, busy={}))
+    await asyncio.sleep(0.01)  # the next take counts the new queue
     assert dispatcher.names == ("high", "normal", "low", "late")
     assert dispatcher.allowed() == [3, 3, 3, 0]  # no stream on it yet: left alone
-    streams.open("late")  # ends the wait: the next take counts the new queue
-    assert await waiting == []
+    streams.open("late")  # ends the wait
+    assert await asyncio.wait_for(waiting, 1) == []
     assert all(queue != "late" for queue, _, _ in driver.calls)  # not before its stream
     driver.queues["high"].append("h1")
     got = await dispatcher.take(3, busy=(0, 0, 0, 0))
     assert [m.id for m in got] == ["h1", "x1"]  # the known queue first
+    assert [m.priority for m in got] == [0, 3]  # stamped with the priority in force
 
 
 async def test_a_streamed_take_ends_when_its_waits_end_empty_not_when_a_stream_comes() -> None:

@@ -19,4 +19,4 @@ def build_channel(settings: Settings) -> AppChannel:
         return GrpcAppChannel(settings.app)
     from priority_pubsub.app.forwarder import Forwarder
 
-    return Forwarder(settings.app, settings.concurrency, exact_status=settings.dapr is not None)
+    return Forwarder(settings.app, exact_status=settings.dapr is not None)
