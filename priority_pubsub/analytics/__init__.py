@@ -4,5 +4,6 @@ This package is never imported by the sidecar runtime, and pyspark is imported l
 its functions only, so the sidecar image needs neither Spark nor Java. Entry points live in
 ``priority_pubsub.analytics.report`` (``run_report`` and ``main``).
 
-May import ``telemetry`` (the journal's fields) and ``core`` only; only ``cli`` imports it.
+May import ``shipping`` (object stores: ``report s3://...``), ``telemetry`` (the journal's
+fields), ``settings`` and ``core``; only ``cli`` imports it.
 """

@@ -9,6 +9,11 @@ a known name with another hash (a closed file changed, or two files of one name)
 and reported, never counted twice. The hash reads at most 128 KiB of any file: hashing
 whole files cost as much as parsing them (10 M records: ~2.5 GB), and closed journal files
 never change.
+
+Also skipped: hidden files (``.journal-<replica>.last``, the uploader's note), and a kept
+copy of an uploaded file (``<name>.uploaded``) is known under its file's name, so a file read
+before its upload is not read again. Object URLs (``s3://``, ``gs://``, ``az://``) are listed
+by ``objects``, and their objects known by the store's digest.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from priority_pubsub.telemetry.journal import OPEN_SUFFIX
+from priority_pubsub.telemetry.journal import OPEN_SUFFIX, UPLOADED_SUFFIX
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,6 +38,12 @@ class JournalFile:
     path: str
     size: int
     hash: str
+    local: str | None = None
+    """Where to read it, when not at ``path`` (an object fetched to a local directory)."""
+
+    @property
+    def read_path(self) -> str:
+        return self.local or self.path
 
 
 @dataclass
@@ -117,22 +128,33 @@ def content_hash(spark: SparkSession, path: str, size: int) -> str:
     return digest.hexdigest()
 
 
+Listing = list[tuple[str, str, int, str | None]]
+"""(name, path, size, digest when the listing tells it) of each file matched."""
+
+
 def choose(
-    spark: SparkSession, journal_glob: str, known: dict[str, dict[str, Any]]
+    spark: SparkSession, journal_glob: str, known: dict[str, dict[str, Any]],
+    listing: Listing | None = None,
 ) -> FileChoice:
-    """Split the matched files: new closed files to read, and the rest with the reason."""
+    """Split the matched files (or ``listing``'s): new closed files to read, and the rest
+    with the reason."""
     choice = FileChoice()
     known = dict(known)  # the files chosen now join it: a second copy of one is a duplicate
     hashes = {str(f["hash"]) for f in known.values()}
-    for name, path, size in list_files(spark, journal_glob):
-        if name.endswith(OPEN_SUFFIX):
+    if listing is None:
+        listing = [(name, path, size, None) for name, path, size in list_files(spark, journal_glob)]
+    for listed_name, path, size, listed_digest in listing:
+        if listed_name.startswith("."):
+            continue
+        if listed_name.endswith(OPEN_SUFFIX):
             choice.still_open += 1
             continue
+        name = listed_name.removesuffix(UPLOADED_SUFFIX)
         seen = known.get(name)
         if seen is not None and int(seen["size"]) == size and seen.get("path") == path:
             choice.already_read += 1  # same name, size and place: no need to hash again
             continue
-        digest = content_hash(spark, path, size)
+        digest = listed_digest or content_hash(spark, path, size)
         if seen is not None:
             if seen["hash"] == digest:
                 choice.already_read += 1
@@ -157,5 +179,6 @@ def local_new_bytes(journal_glob: str, known: dict[str, dict[str, Any]]) -> int 
     return sum(
         size
         for name, _, size in _list_local(journal_glob)
-        if not name.endswith(OPEN_SUFFIX) and int(known.get(name, {}).get("size", -1)) != size
+        if not name.endswith(OPEN_SUFFIX) and not name.startswith(".")
+        and int(known.get(name.removesuffix(UPLOADED_SUFFIX), {}).get("size", -1)) != size
     )

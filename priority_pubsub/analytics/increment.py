@@ -280,7 +280,8 @@ def run_increment(
     from pyspark.sql import functions as F
 
     with steps.step("read new files"):
-        loaded = load(spark, [f.path for f in files], bounds[0], bounds[1], derive=with_hour_id)
+        loaded = load(spark, [f.read_path for f in files], bounds[0], bounds[1],
+                      derive=with_hour_id)
     try:
         with steps.step("find hours touched"):
             touched = _touched(loaded.valid)

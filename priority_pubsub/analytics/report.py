@@ -16,6 +16,7 @@ import glob
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ from priority_pubsub.analytics.jvm import (
     quick_jit,
 )
 from priority_pubsub.analytics.load import LineCounts
+from priority_pubsub.analytics.objects import fetch, is_object_url, list_objects
 from priority_pubsub.analytics.page import PageData, render
 from priority_pubsub.analytics.progress import (
     Progress,
@@ -247,7 +249,8 @@ class _Run:
             published = store.read_text("published") == str(manifest.seq)
             pending = [] if published else list(manifest.unpublished)
         with steps.step("find new files"):
-            choice = choose(spark, journal_glob, manifest.files)
+            listing = list_objects(journal_glob) if is_object_url(journal_glob) else None
+            choice = choose(spark, journal_glob, manifest.files, listing)
         self.progress.note(_files_line(choice))
         increment = Increment()
         started_from = manifest
@@ -257,9 +260,17 @@ class _Run:
             previous.unpublished = pending
             run = new_run_id(manifest.seq + 1)
             since_ms, until_ms = self.bounds[0], self.bounds[1]
-            manifest, increment = run_increment(
-                spark, store, previous, choice.new, run, (since_ms, until_ms), steps
-            )
+            fetched = self.out / ".fetched"  # objects copied here for Spark, then deleted
+            try:
+                new = choice.new
+                if listing is not None:
+                    with steps.step("fetch new objects"):
+                        new = fetch(choice.new, fetched / run)
+                manifest, increment = run_increment(
+                    spark, store, previous, new, run, (since_ms, until_ms), steps
+                )
+            finally:
+                shutil.rmtree(fetched, ignore_errors=True)
             manifest.format, manifest.journal_schema = STATE_FORMAT, SCHEMA_VERSION
             manifest.record_columns = list(REPORT_FIELDS)
             manifest.bounds = [since_ms, until_ms]
@@ -372,7 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="priority-pubsub report",
         description="Delivery report over journal files: Parquet tables and report.html.",
     )
-    parser.add_argument("journal_glob", help="journal files: path, glob or Hadoop URI (.gz ok)")
+    parser.add_argument(
+        "journal_glob",
+        help="journal files: path, glob, an object-store prefix (s3://, gs://, az://: read "
+        "without Hadoop's connectors) or a Hadoop URI (s3a://...; .gz ok)",
+    )
     parser.add_argument("--out", required=True, help="output directory (local)")
     parser.add_argument("--master", default="local[*]", help="Spark master URL")
     parser.add_argument("--since", help="first settle time, ISO 8601 (UTC if no zone)")

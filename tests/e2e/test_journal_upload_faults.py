@@ -16,7 +16,7 @@ from tests.e2e.helpers import total
 from tests.e2e.upload_support import Fleet, acks
 from tests.support.app import RecordingApp
 from tests.support.object_stores import KINDS, Kind, StoreServers
-from tests.support.sidecar import SidecarProcess
+from tests.support.sidecar import SidecarProcess, cli
 from tests.support.store_proxy import StoreProxy, store_proxy
 from tests.support.waiting import wait_until
 
@@ -177,3 +177,10 @@ def test_kill_9_mid_upload_then_a_restart_lands_every_file_exactly_once(
     counted = acks(landed)
     assert sorted(counted) == sorted(published)
     assert set(counted.values()) == {1}
+    if fleet.server.kind == "s3":  # and the report over the bucket counts each message once
+        report = cli("report", fleet.url + "/", "--out", str(fleet.directory / "report"),
+                     "--json", env=fleet.server.env, timeout_s=600)
+        assert report.returncode == 0, report.stderr[-3000:]
+        summary = json.loads(report.stdout)
+        assert summary["messages"] == len(published)
+        assert summary["files"]["new"] == len(landed)
