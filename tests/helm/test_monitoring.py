@@ -19,6 +19,7 @@ from tests.e2e.helpers import publish, wait_until
 from tests.helm.conftest import Helm
 from tests.helm.manifests import CHART, Doc, find, one, run, unavailable, validate_all
 from tests.support.app import RecordingApp
+from tests.support.object_stores import StoreServer, StoreServers
 from tests.support.sidecar import SidecarProcess, local_config, write_config
 
 pytestmark = pytest.mark.helm
@@ -117,7 +118,7 @@ def test_promtool_accepts_the_rendered_rules(
     path.write_text(yaml.safe_dump(_rule_spec(rendered)))
     result = run([promtool, "check", "rules", path])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 5 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def test_alerts_fire_on_their_series_and_only_there(
@@ -133,25 +134,28 @@ def test_alerts_fire_on_their_series_and_only_there(
 
 
 def test_every_metric_named_is_exported_by_a_running_sidecar(
-    rendered: list[Doc], tmp_path: Path
+    rendered: list[Doc], tmp_path: Path, store_servers: StoreServers
 ) -> None:
     exprs = [*_panel_exprs(_dashboard()).values(),
              *(rule["expr"] for rule in _rule_spec(rendered)["groups"][0]["rules"])]
     named = {name for expr in exprs for name in METRIC.findall(expr)}
     assert {"priority_pubsub_queue_depth", "priority_pubsub_in_flight",
             "priority_pubsub_concurrency"} <= named
-    exported = _exported_by_a_sidecar(tmp_path)
+    exported = _exported_by_a_sidecar(tmp_path, store_servers.get("s3"))
     missing = named - exported
     assert missing <= EXPECTED_FROM_ISSUE_13, f"named but not exported: {sorted(missing)}"
 
 
-def _exported_by_a_sidecar(tmp_path: Path) -> set[str]:
-    """Sample names a real sidecar exports once one message went through every queue's path."""
+def _exported_by_a_sidecar(tmp_path: Path, store: StoreServer) -> set[str]:
+    """Sample names a real sidecar exports once one message went through every queue's path
+    (its journal uploaded to S3: the upload's series exist only then)."""
     with RecordingApp() as app:
+        upload = {"url": store.url(store.new_bucket(), "journals")}
         config = local_config(tmp_path, app.url, concurrency=2,
-                              server={"host": "127.0.0.1", "depth_interval_s": 0.2})
+                              server={"host": "127.0.0.1", "depth_interval_s": 0.2},
+                              journal={"path": str(tmp_path / "journal"), "upload": upload})
         publish(write_config(tmp_path, config), "high", "{}")
-        sidecar = SidecarProcess(tmp_path, config)
+        sidecar = SidecarProcess(tmp_path, config, env=store.env)
         try:
             app.wait_for(1)
             wait_until(lambda: "priority_pubsub_queue_depth{" in sidecar.metrics())
@@ -275,6 +279,47 @@ def _alert_tests() -> dict[str, Any]:
                     _alert("PriorityPubsubNoReceive", "21m", []),  # not for 5m yet
                     _alert("PriorityPubsubNoReceive", "27m",
                            [{**JOB, "instance": "a:9464", **severity["critical"]}]),
+                ],
+            },
+            {
+                "interval": "1m",
+                "input_series": [
+                    # a: the store down from minute 5: the oldest file ages, the spool grows
+                    _series("priority_pubsub_journal_oldest_unuploaded_seconds",
+                            "0 0 0 0 0 0+60x40", instance="a:9464"),
+                    _series("priority_pubsub_journal_spool_bytes",
+                            "0 0 0 0 0 0+100000x40", instance="a:9464"),
+                    # b: a file waits long, but the spool is shrinking (catching up): quiet
+                    _series("priority_pubsub_journal_oldest_unuploaded_seconds", "3000x45",
+                            instance="b:9464"),
+                    _series("priority_pubsub_journal_spool_bytes", "5000000-100000x45",
+                            instance="b:9464"),
+                    # c: uploading as it goes: quiet
+                    _series("priority_pubsub_journal_oldest_unuploaded_seconds", "0x45",
+                            instance="c:9464"),
+                    _series("priority_pubsub_journal_spool_bytes", "0x45", instance="c:9464"),
+                ],
+                "alert_rule_test": [
+                    _alert("PriorityPubsubJournalSpoolGrowing", "15m", []),  # 10 min old
+                    _alert("PriorityPubsubJournalSpoolGrowing", "22m", []),  # not for 10m yet
+                    _alert("PriorityPubsubJournalSpoolGrowing", "35m",
+                           [{**JOB, "instance": "a:9464", **severity["warning"]}]),
+                ],
+            },
+            {
+                "interval": "1m",
+                "input_series": [
+                    # a: files dropped at minutes 10 and 11; b: never
+                    _series("priority_pubsub_journal_dropped_files_total",
+                            "0x9 1 2 2x40", instance="a:9464"),
+                    _series("priority_pubsub_journal_dropped_files_total", "0x50",
+                            instance="b:9464"),
+                ],
+                "alert_rule_test": [
+                    _alert("PriorityPubsubJournalFilesDropped", "8m", []),
+                    _alert("PriorityPubsubJournalFilesDropped", "12m",
+                           [{**JOB, "instance": "a:9464", **severity["critical"]}]),
+                    _alert("PriorityPubsubJournalFilesDropped", "50m", []),  # long over
                 ],
             },
         ],

@@ -125,6 +125,17 @@ the config at start-up; these are the mistakes that only show in Kubernetes.
 {{- end }}
 {{- end }}
 
+{{/* ceil(journal.upload.stop_timeout_s) when the journal is uploaded (default 10), else 0. */}}
+{{- define "priority-pubsub.uploadStopSeconds" -}}
+{{- $journal := .Values.config.journal }}
+{{- $upload := and (kindIs "map" $journal) (get $journal "upload") }}
+{{- if kindIs "map" $upload }}
+{{- $timeout := 10.0 }}
+{{- if hasKey $upload "stop_timeout_s" }}{{ $timeout = float64 $upload.stop_timeout_s }}{{ end }}
+{{- ceil $timeout | int }}
+{{- else }}0{{- end }}
+{{- end }}
+
 {{/* ceil(shutdown.grace_s): the app's preStop sleep unless app.preStopSleepSeconds is set. */}}
 {{- define "priority-pubsub.graceSeconds" -}}
 {{- $shutdown := default dict .Values.config.shutdown }}
@@ -135,14 +146,15 @@ the config at start-up; these are the mistakes that only show in Kubernetes.
 
 {{/*
 terminationGracePeriodSeconds for the pod: the sidecar's shutdown.grace_s to finish in-flight
-tasks, plus a margin to return what is left to the queues.
+tasks, plus a margin to return what is left to the queues, plus the final journal uploads'
+journal.upload.stop_timeout_s (10 by default) when the journal is uploaded.
 */}}
 {{- define "priority-pubsub.terminationGracePeriodSeconds" -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
 {{- $driver := default dict .Values.config.driver }}
 {{- /* SQS: a running long poll cannot be interrupted; the driver waits for it on close. */}}
 {{- $poll := ternary (int (default 20 $driver.wait_time_s)) 0 (eq (toString $driver.type) "sqs") }}
-{{- add (include "priority-pubsub.graceSeconds" . | int) (int .Values.sidecar.terminationMarginSeconds) $poll }}
+{{- add (include "priority-pubsub.graceSeconds" . | int) (int .Values.sidecar.terminationMarginSeconds) $poll (include "priority-pubsub.uploadStopSeconds" .) }}
 {{- else }}
 {{- int .Values.terminationGracePeriodSeconds }}
 {{- end }}

@@ -88,6 +88,12 @@ roll the pods when the config changes.
       valueFrom:
         secretKeyRef: {name: {{ .existingSecret | quote }}, key: {{ .monitorAdminTokenKey | quote }}}
     {{- end }}
+    {{- $secret := .existingSecret }}
+    {{- range $key, $secretKey := .uploadKeys }}
+    - name: PRIORITY_PUBSUB_JOURNAL__UPLOAD__{{ upper $key }}
+      valueFrom:
+        secretKeyRef: {name: {{ $secret | quote }}, key: {{ $secretKey | quote }}}
+    {{- end }}
     {{- end }}
     {{- with .Values.sidecar.env }}
     {{- toYaml . | nindent 4 }}
