@@ -82,6 +82,10 @@ class Message:
     promoted_after_s: float | None = None
     """Set when the starvation bound (``queues[].max_wait_s``) took this message ahead of
     higher queues: how long its queue had gone untried. Journaled as ``promoted_after_s``."""
+    slots: int = 1
+    """Slots of ``concurrency`` it occupies while it runs: its queue's ``queues[].slots``
+    when it was received (so a reload changing them leaves the count of what runs right).
+    Journaled as ``slots`` when above 1."""
 
 
 @dataclass(frozen=True, slots=True)

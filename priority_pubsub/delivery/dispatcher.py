@@ -17,6 +17,13 @@ then also ends when a worker frees up (``slot_freed``), so it gets the worker at
 queue untried for its ``max_wait_s`` gets one message's try first (the starvation bound),
 journaled with ``promoted_after_s``.
 
+``free`` counts slots of ``concurrency``: a message of a ``slots: k`` queue takes k
+(``Message.slots``, set at its receive), and a queue is asked only for the messages whose
+slots are free. A due queue shut out only for want of free slots (a heavy one, under a steady
+stream of light tasks that would take every slot as it frees) has the free slots held for it
+until its k are free (``scheduler.short_of_slots``); the time held is counted in
+``priority_pubsub_slots_held_seconds_total{queue}``.
+
 The per-queue rules (order, weights, reserves, limits, bounds, the scheduling mode) are
 derived from the live settings (``settings.live``) at the start of a take, when a reload
 changed them: a take decides by one set of rules from start to end. A reload during a take
@@ -42,6 +49,7 @@ from priority_pubsub.delivery.scheduler import (
     overdue,
     plan,
     share_by_weight,
+    short_of_slots,
 )
 from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.drivers.base import Driver
@@ -92,6 +100,8 @@ class Dispatcher:
         self._index: dict[str, int] = {}
         self._weights: list[int] = []
         self._limits: list[QueueLimits] = []
+        self._slots: list[int] = []
+        """Per queue, the slots of ``concurrency`` one of its messages takes."""
         self._max_wait_s: list[float | None] = []
         self._scheduling: Scheduling = "strict"
         self._last_tried: list[float] = []
@@ -121,6 +131,11 @@ class Dispatcher:
         self._in_hand: list[Message] = []
         """What the take under way has received and not yet returned or handed back."""
         self.healthy = True
+        self._holding: int | None = None
+        """The due queue the free slots are held for in the take under way (``_promote``)."""
+        self._held: tuple[str, float] | None = None
+        """The queue slots were held for at the last take, and since when that hold is not
+        yet counted (``priority_pubsub_slots_held_seconds``)."""
 
     def _derive(self) -> None:
         """The rules of the settings in force (a take's start, when they changed); a queue
@@ -131,7 +146,9 @@ class Dispatcher:
         self._names = live.names
         self._index = dict(live.index)
         self._weights = [q.weight for q in live.queues]
-        self._limits = [QueueLimits(q.reserve, q.max_concurrency) for q in live.queues]
+        self._limits = [QueueLimits(q.reserve, q.max_concurrency, q.slots)
+                        for q in live.queues]
+        self._slots = [q.slots for q in live.queues]
         self._max_wait_s = [q.max_wait_s for q in live.queues]
         self._scheduling = live.settings.scheduling
         self._last_tried = [tried.get(name, now) for name in self._names]
@@ -199,7 +216,7 @@ class Dispatcher:
     def allowed(self) -> list[int]:
         """What each queue may take now, in the take under way (``scheduler.allowances``);
         nothing for a queue nobody consumes now (a streamed topic without a stream)."""
-        allowed = allowances(self._limits, self._busy, self._free)
+        allowed = allowances(self._limits, self._busy, self._free, self._holding)
         for index in self._idle():
             allowed[index] = 0
         return allowed
@@ -249,20 +266,40 @@ class Dispatcher:
     def _count_in(self, messages: list[Message], sign: int) -> None:
         for message in messages:
             self._busy[self._index[message.queue]] += sign
-            self._free -= sign
+            self._free -= sign * message.slots
 
     async def _promote(self) -> list[Message]:
         """The starvation bound: one message's try, ahead of the queues above, for each queue
-        untried for its ``max_wait_s`` (most overdue first) that the rule lets take one."""
+        untried for its ``max_wait_s`` (most overdue first) that the rule lets take one. The
+        most overdue one shut out only for want of free slots has them held for it for the
+        rest of the take (``allowed``): nothing else takes them, so they add up as running
+        messages end, and a later take tries it once its slots are free."""
+        self._holding = None
         promoted: list[Message] = []
-        for index, untried_s in overdue(self._max_wait_s, self._last_tried, self._clock()):
+        now = self._clock()
+        for index, untried_s in overdue(self._max_wait_s, self._last_tried, now):
             if self.allowed()[index] <= 0:
+                if self._holding is None and index not in self._idle() and short_of_slots(
+                        self._limits, self._busy, self._free, self._slots_now(), index):
+                    self._holding = index
                 continue
             for message in await self._receive(index, 1, 0):
                 message.promoted_after_s = round(untried_s, 3)
                 self._observer.promoted(message)
                 promoted.append(message)
+        self._count_hold(now)
         return promoted
+
+    def _slots_now(self) -> int:
+        """The slots this take may fill at most: the free ones and those in use."""
+        return self._free + sum(n * k for n, k in zip(self._busy, self._slots, strict=True))
+
+    def _count_hold(self, now: float) -> None:
+        """Count the time the last take's hold lasted (until this take), and start this
+        one's: counted at each take, so the counter lags a hold by one take at most."""
+        if self._held is not None:
+            self._observer.slots_held(self._held[0], now - self._held[1])
+        self._held = None if self._holding is None else (self._names[self._holding], now)
 
     async def _sweep(self, skip: frozenset[int]) -> list[Message]:
         """Fill the free workers from the queues not in ``skip``, as the mode picks, each
@@ -271,7 +308,7 @@ class Dispatcher:
         empty = set(skip)
         while self._free > 0:
             picks = plan(self._scheduling, self._weights, self._free,
-                         frozenset(empty), self._rng, self.allowed())
+                         frozenset(empty), self._rng, self.allowed(), self._slots)
             if not picks:
                 break
             for index, count in picks:
@@ -368,14 +405,15 @@ class Dispatcher:
         """Which woken messages to keep for ``free`` slots: the highest priorities (strict),
         or a share drawn by weight (weighted), each kept only as the capacity rule allows
         with those kept before it; the rest is surplus, handed back."""
-        if self._scheduling == "strict" or len(messages) <= free:
+        if self._scheduling == "strict" or sum(m.slots for m in messages) <= free:
             ordered = sorted(messages, key=lambda m: self._index[m.queue])
         else:
             by_queue: dict[str, list[Message]] = {name: [] for name in self._names}
             for message in messages:
                 by_queue[message.queue].append(message)
             queues = list(by_queue.values())
-            counts = share_by_weight([len(q) for q in queues], self._weights, free, self._rng)
+            counts = share_by_weight([len(q) for q in queues], self._weights, free, self._rng,
+                                     self._slots)
             ordered = [m for queue, n in zip(queues, counts, strict=True) for m in queue[:n]]
             ordered += [m for queue, n in zip(queues, counts, strict=True) for m in queue[n:]]
         busy = list(self._busy_at_start)
@@ -383,9 +421,10 @@ class Dispatcher:
         surplus: list[Message] = []
         for message in ordered:
             index = self._index[message.queue]
-            if allowances(self._limits, busy, free - len(keep))[index] > 0:
+            if allowances(self._limits, busy, free, self._holding)[index] > 0:
                 keep.append(message)
                 busy[index] += 1
+                free -= message.slots
             else:
                 surplus.append(message)
         return keep, surplus
@@ -405,6 +444,8 @@ class Dispatcher:
         self._last_tried[index] = self._clock()
         for message in batch:  # its priority now (a reload may have reordered the queues)
             message.priority = index
+        for message in batch:  # what it occupies while it runs (the receiver counts it)
+            message.slots = self._slots[index]
         self._in_hand += batch
         self._count_in(batch, 1)
         self._observer.receive_call(name, index, empty=not batch)

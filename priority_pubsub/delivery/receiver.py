@@ -18,6 +18,11 @@ effective concurrency). ``stop()`` stops taking, lets in-flight tasks finish for
 (``worker.stopped``: a counted retry if the app had the message, never past the last attempt,
 else a release), and what a cancelled take held goes back unseen (``STOPPING_REASON``).
 
+Slots (``queues[].slots``): ``concurrency`` counts slots, and a message occupies its
+``Message.slots`` of them from its receive until the app answered; the free slots are what a
+take may fill (the dispatcher takes a heavy message only when its slots are free), so a
+reload that shrinks ``concurrency`` takes nothing until the slots in use plus a message's fit.
+
 ``concurrency`` is read from the live settings (``settings.live``) at each take: a reload that
 grows it lets the loop take at once (a change wakes it), one that shrinks it takes nothing
 until fewer messages than the new value are at the app. Messages are counted per queue by
@@ -46,9 +51,9 @@ RETAKE_REASON = "queues paused or resumed by an operator: returned unseen"
 
 
 class AppSlot:
-    """One message's place among the app's ``concurrency``: taken when the message is
-    received, given back once (``free``) when the app answered or the task ended, whichever
-    comes first."""
+    """One message's place (its slots) among the app's ``concurrency``: taken when the
+    message is received, given back once (``free``) when the app answered or the task ended,
+    whichever comes first."""
 
     __slots__ = ("_give_back", "_held")
 
@@ -84,8 +89,9 @@ class Receiver:
         self._tasks: dict[asyncio.Task[None], Message] = {}
         """Each worker task and its message (the monitor lists them)."""
         self._at_app = 0
-        """Messages the app has or is about to get (slots not yet freed): what
-        ``capacity`` counts."""
+        """Messages the app has or is about to get (slots not yet freed)."""
+        self._slots_in_use = 0
+        """The slots of ``concurrency`` they occupy: what ``capacity`` counts."""
         self._at_app_by_queue: Counter[str] = Counter()
         """``_at_app`` per queue name: what the capacity rule (reserves, limits) counts."""
         self._slot_freed = asyncio.Event()
@@ -118,9 +124,14 @@ class Receiver:
     def at_app(self) -> int:
         return self._at_app
 
+    @property
+    def slots_in_use(self) -> int:
+        """Slots of ``concurrency`` the messages at the app occupy."""
+        return self._slots_in_use
+
     def has_room(self) -> bool:
         """Whether another message could be taken now (a filling batch can still grow)."""
-        return (self._open.is_set() and self._capacity(self._at_app) > 0
+        return (self._open.is_set() and self._capacity(self._slots_in_use) > 0
                 and len(self._tasks) < self._most_held)
 
     @property
@@ -178,7 +189,7 @@ class Receiver:
             if not self._open.is_set():
                 await self._open.wait()
             self._slot_freed.clear()  # set again by any slot freed from now on, the take included
-            free = min(self._capacity(self._at_app), self._most_held - len(self._tasks))
+            free = min(self._capacity(self._slots_in_use), self._most_held - len(self._tasks))
             if free <= 0:
                 await self._slot_freed.wait()
                 continue
@@ -218,16 +229,19 @@ class Receiver:
     def _start_task(self, message: Message) -> None:
         self._observer.received(message)
         queue = message.queue
+        slots = message.slots
         self._at_app += 1
+        self._slots_in_use += slots
         self._at_app_by_queue[queue] += 1
-        slot = AppSlot(lambda: self._slot_given_back(queue))
+        slot = AppSlot(lambda: self._slot_given_back(queue, slots))
         task = asyncio.create_task(self._worker.handle(message, slot.free),
                                    name=f"msg-{message.id}")
         self._tasks[task] = message
         task.add_done_callback(lambda done: self._task_done(done, slot))
 
-    def _slot_given_back(self, queue: str) -> None:
+    def _slot_given_back(self, queue: str, slots: int) -> None:
         self._at_app -= 1
+        self._slots_in_use -= slots
         self._at_app_by_queue[queue] -= 1
         self._slot_freed.set()
 

@@ -74,8 +74,9 @@ def _overview(doc: dict[str, Any], writable: bool) -> str:
     cells = [
         ("app", f'<span class="state {_e(app["state"])}">{_e(app_text)}</span> '
                 f'for {_e(duration(app["for_s"]))}'),
-        ("workers busy", f'<span id="busy">{_e(workers["busy"])}</span> / '
-                         f'{_e(workers["concurrency"])} (now allowed '
+        ("slots in use", f'<span id="slots-in-use">{_e(workers["slots_in_use"])}</span> / '
+                         f'{_e(workers["concurrency"])} (messages at the app: '
+                         f'<span id="busy">{_e(workers["busy"])}</span>; now allowed '
                          f'{_e(workers["effective_concurrency"])}; held, settles included: '
                          f'{_e(workers["in_flight"])})'),
         ("reserve plan", _reserve_plan(view["reserve"])),
@@ -120,7 +121,8 @@ def _taking(doc: dict[str, Any], q: dict[str, Any]) -> str:
 
 def _reserve_plan(plan: list[dict[str, Any]] | None) -> str:
     if plan is None:
-        return '<span class="muted">none (no queue has reserve or max_concurrency)</span>'
+        return ('<span class="muted">none (no queue has reserve, max_concurrency or '
+                'slots)</span>')
     parts = []
     for entry in plan:
         limits = []
@@ -128,6 +130,8 @@ def _reserve_plan(plan: list[dict[str, Any]] | None) -> str:
             limits.append(f"{entry['reserve']} reserved")
         if entry["max_concurrency"] is not None:
             limits.append(f"at most {entry['max_concurrency']}")
+        if entry["slots"] > 1:
+            limits.append(f"{entry['slots']} slots each")
         parts.append(f"{_e(entry['queue'])}: {_e(entry['in_flight'])} in flight"
                      + (f" ({_e(', '.join(limits))})" if limits else ""))
     return "<br>".join(parts)
@@ -177,17 +181,17 @@ def _queues(doc: dict[str, Any], writable: bool) -> str:
 def _in_flight(doc: dict[str, Any]) -> str:
     items = doc["in_flight"]
     if not items:
-        body = '<tr><td colspan="5" class="muted">nothing in flight</td></tr>'
+        body = '<tr><td colspan="6" class="muted">nothing in flight</td></tr>'
     else:
         body = "".join(
             f'<tr class="held"><td>{_e(m["id"])}</td><td>{_e(m["queue"])}</td>'
-            f'<td class="n">{_e(m["attempt"])}</td>'
+            f'<td class="n">{_e(m["attempt"])}</td><td class="n">{_e(m["slots"])}</td>'
             f'<td class="n">{_e(duration(m["elapsed_s"]))}</td>'
             f'<td class="n">{_e(duration(m["lease_renewed_s_ago"]))}'
             f'{" ago" if m["lease_renewed_s_ago"] is not None else ""}</td></tr>'
             for m in items)
     return (f'<section id="in-flight"><h2>In flight ({len(items)})</h2><table>'
-            '<tr><th>message id</th><th>queue</th><th>attempt</th><th>elapsed</th>'
+            '<tr><th>message id</th><th>queue</th><th>attempt</th><th>slots</th><th>elapsed</th>'
             f'<th>lease renewed</th></tr>{body}</table></section>')
 
 

@@ -115,7 +115,8 @@ def _overview(src: MonitorSources, held: list[Message], wall_ms: int) -> dict[st
     return {
         "app": {"state": state, "reason": redact(blocked) if blocked else None,
                 "for_s": round(time.monotonic() - health.since, 1)},
-        "workers": {"busy": src.receiver.at_app, "in_flight": len(held),
+        "workers": {"busy": src.receiver.at_app, "slots_in_use": src.receiver.slots_in_use,
+                    "in_flight": len(held),
                     "concurrency": src.live.settings.concurrency,
                     "effective_concurrency": gate.limiter.limit},
         "reserve": _reserve_plan(src.live, held),
@@ -128,13 +129,13 @@ def _overview(src: MonitorSources, held: list[Message], wall_ms: int) -> dict[st
 
 
 def _reserve_plan(live: LiveSettings, held: list[Message]) -> list[dict[str, Any]] | None:
-    """Per queue with a ``reserve`` or ``max_concurrency`` (docs/long-tasks.md): those
-    settings and its messages in flight now; None when no queue has either."""
-    if not any(q.reserve or q.max_concurrency is not None for q in live.queues):
+    """Per queue, when any has a ``reserve``, a ``max_concurrency`` or ``slots`` above 1
+    (docs/long-tasks.md): those settings and its messages in flight now; None otherwise."""
+    if not any(q.reserve or q.max_concurrency is not None or q.slots > 1 for q in live.queues):
         return None
     busy = Counter(m.queue for m in held)
     return [{"queue": q.name, "reserve": q.reserve, "max_concurrency": q.max_concurrency,
-             "in_flight": busy[q.name]} for q in live.queues]
+             "slots": q.slots, "in_flight": busy[q.name]} for q in live.queues]
 
 
 def _queue_row(src: MonitorSources, name: str, priority: int, per_minute: dict[str, float],
@@ -179,6 +180,7 @@ def _in_flight_row(message: Message, wall_ms: int, lease_s: float) -> dict[str, 
     renewed_ms = message.lease.deadline_ms - int(lease_s * 1000)
     return {
         "id": message.id, "queue": message.queue, "attempt": message.attempt,
+        "slots": message.slots,
         "elapsed_s": round((wall_ms - message.received_ms) / 1000, 1),
         "lease_renewed_s_ago": (round((wall_ms - renewed_ms) / 1000, 1)
                                 if renewed_ms > message.received_ms + 500 else None),

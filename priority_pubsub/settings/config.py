@@ -60,6 +60,11 @@ class QueueConfig(_Strict):
     (docs/long-tasks.md)."""
     max_concurrency: int | None = Field(default=None, ge=1, le=4096)
     """At most this many of this queue's messages at the app at once; None: no own limit."""
+    slots: int = Field(default=1, ge=1, le=4096)
+    """Slots of ``concurrency`` one of this queue's messages occupies while it runs (a heavy
+    task: 2 takes two of the app's places). It is taken only when that many are free; its
+    ``reserve`` keeps ``reserve x slots``; ``max_concurrency`` still counts messages
+    (docs/long-tasks.md)."""
     max_wait_s: float | None = Field(default=None, gt=0, le=31_536_000)
     """Starvation bound: untried this long, the queue gets one try ahead of higher ones."""
     wait_slo_s: float | None = Field(default=None, gt=0, le=86_400)
@@ -419,14 +424,29 @@ class Settings(_Strict):
 
     @model_validator(mode="after")
     def _reserves_fit(self) -> Settings:
+        """Reserves and slot costs must leave every queue room: a reserve holds ``reserve x
+        slots`` slots, their sum must stay below ``concurrency``, and a queue's ``slots``
+        must fit in ``concurrency`` beside the reserves above it (else it never runs)."""
         reserved = [q for q in self.queues if q.reserve]
         if self.queues and self.queues[-1].reserve:  # no queues: a publisher-only sidecar
             raise ValueError(f"queues: a reserve on the lowest queue {self.queues[-1].name!r} "
                              "means nothing (no queue below it to keep out)")
-        if sum(q.reserve for q in reserved) >= self.concurrency:
-            names = ", ".join(f"{q.name} {q.reserve}" for q in reserved)
+        too_heavy = [q for q in self.queues if q.slots > self.concurrency]
+        if too_heavy:
+            names = ", ".join(f"{q.name} {q.slots}" for q in too_heavy)
+            raise ValueError(f"queues: slots ({names}) above concurrency {self.concurrency}")
+        if sum(q.reserve * q.slots for q in reserved) >= self.concurrency:
+            names = ", ".join(f"{q.name} {q.reserve}" + (f" x {q.slots} slots" if q.slots > 1
+                                                         else "") for q in reserved)
             raise ValueError(f"queues: reserves ({names}) must sum below concurrency "
                              f"{self.concurrency}")
+        above = 0
+        for queue in self.queues:
+            if queue.slots > self.concurrency - above:
+                raise ValueError(f"queues: {queue.name!r} needs {queue.slots} slots, but the "
+                                 f"reserves above it leave {self.concurrency - above} of "
+                                 f"concurrency {self.concurrency}")
+            above += queue.reserve * queue.slots
         return self
 
     @property

@@ -9,14 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DAPR_API_GROUP = "dapr.io/"
 """The API group of every Dapr manifest (``apiVersion: dapr.io/v1alpha1``)."""
-CAPACITY_KEYS = ("reserve", "max_concurrency", "max_wait_s", "wait_slo_s", "timeout_s")
+CAPACITY_KEYS = ("reserve", "max_concurrency", "max_wait_s", "wait_slo_s", "timeout_s", "slots")
 """Per-topic capacity settings (docs/long-tasks.md): a ``dapr.priorities`` mapping entry or
 a Subscription's metadata sets them as ``queues[]`` entries do."""
 
 
 class TopicPriority(BaseModel):
     """A ``dapr.priorities`` entry with capacity settings:
-    ``{topic: orders-high, reserve: 1, max_concurrency: 2, max_wait_s: 600, timeout_s: 30}``.
+    ``{topic: orders-high, reserve: 1, max_concurrency: 2, max_wait_s: 600, timeout_s: 30}``
+    (``slots: 2`` for a topic of heavy tasks).
     The values are checked as ``queues[]`` entries are, once the topics are queues."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -34,6 +35,8 @@ class TopicPriority(BaseModel):
     timeout_s: float | None = None
     """As ``queues[].timeout_s``: how long the app may take to answer one of the topic's
     deliveries."""
+    slots: int | None = None
+    """As ``queues[].slots``: slots of ``concurrency`` one of the topic's messages occupies."""
 
     def capacity(self) -> dict[str, float | int]:
         """The settings this entry gives (those left out are not given)."""

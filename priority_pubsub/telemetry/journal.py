@@ -1,10 +1,11 @@
-"""The delivery journal: one JSON line per settle (schema version 3).
+"""The delivery journal: one JSON line per settle (schema version 4).
 
 Version 2 added two outcomes (``release``: handed back unseen; ``settle_failed``: the
 settle call failed or was refused, so the broker delivers the message again); its fields
 are those of version 1. Version 3 added one nullable field, ``promoted_after_s`` (the
-starvation bound took the message ahead of higher queues). Readers take all three
-(``READABLE_VERSIONS``): a field a line lacks reads as null.
+starvation bound took the message ahead of higher queues). Version 4 added ``slots`` (the
+slots of ``concurrency`` the message occupied, when its queue's ``slots`` is above 1; null
+is 1). Readers take all four (``READABLE_VERSIONS``): a field a line lacks reads as null.
 
 The schema is defined once, here (``JOURNAL_FIELDS``); the writer below and the PySpark
 report both derive from it. Each line is written when its attempt is settled, with one
@@ -47,8 +48,8 @@ from priority_pubsub.telemetry.logs import get_logger
 log = get_logger(__name__)
 FsyncPolicy = Literal["none", "every_line"]
 
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 """Versions this code reads: a version only ever adds outcomes or nullable fields."""
 FieldType = Literal["int", "long", "double", "string"]
 OPEN_SUFFIX = ".open"
@@ -69,7 +70,8 @@ class JournalField:
 
 JOURNAL_FIELDS: tuple[JournalField, ...] = (
     JournalField("v", "int", False,
-                 "schema version, 3 (2: before promoted_after_s; 1: before release/settle_failed)"),
+                 "schema version, 4 (3: before slots; 2: before promoted_after_s; 1: before "
+                 "release/settle_failed)"),
     JournalField("message_id", "string", False, "broker message id"),
     JournalField("queue", "string", False, "queue name"),
     JournalField("priority", "int", False, "0 = highest"),
@@ -87,6 +89,9 @@ JOURNAL_FIELDS: tuple[JournalField, ...] = (
     JournalField("promoted_after_s", "double", True,
                  "set when the starvation bound (queues[].max_wait_s) took it ahead of higher "
                  "queues: how long its queue had gone untried"),
+    JournalField("slots", "int", True,
+                 "slots of concurrency the message occupied at the app (queues[].slots), set "
+                 "when above 1; null: 1"),
 )
 OUTCOMES = tuple(kind.value for kind in Kind)
 _FIELD_NAMES = tuple(f.name for f in JOURNAL_FIELDS)
@@ -113,6 +118,7 @@ class JournalRecord:
     reason: str | None
     bytes: int
     promoted_after_s: float | None = None
+    slots: int | None = None
     v: int = SCHEMA_VERSION
 
     def to_json(self) -> str:

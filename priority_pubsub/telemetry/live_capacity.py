@@ -6,9 +6,11 @@ sliding window (``server.capacity_window_s``, 10 min by default): the arrival ra
 deliveries (retries included, releases not: no worker held them) plus the change in the
 queue's depth where the broker tells it, the service time is ``settled - forwarded``. Under
 strict priorities a queue competes with the queues above it, so queue p is sized on the load
-of queues 0..p together, as the report sizes priority p. Across replicas the figures add up
-(each saw its own deliveries); the depth term is the queue's own, seen by every replica, so a
-backlog's growth is counted once per replica (docs/long-tasks.md).
+of queues 0..p together, as the report sizes priority p. The figure is in slots of
+``concurrency``: a delivery of a ``slots: k`` queue counts as k deliveries of its service time
+at once (the k parallel one-slot tasks it displaces), so the load is in slot-seconds. Across
+replicas the figures add up (each saw its own deliveries); the depth term is the queue's own,
+seen by every replica, so a backlog's growth is counted once per replica (docs/long-tasks.md).
 """
 
 from __future__ import annotations
@@ -42,16 +44,17 @@ class LiveCapacity:
         self._depths = [self._depths[k] if k is not None else deque() for k in kept]
         self._slo = list(wait_slo_s)
 
-    def served(self, queue: int, service_s: float) -> None:
-        """One delivery of ``queue`` held a worker ``service_s``."""
+    def served(self, queue: int, service_s: float, slots: int = 1) -> None:
+        """One delivery of ``queue`` held ``slots`` slots ``service_s``."""
         now = self._clock()
         buckets = self._served[queue]
         second = float(int(now))
+        busy_s = max(0.0, service_s) * slots
         if buckets and buckets[-1][0] == second:
-            buckets[-1][1] += 1
-            buckets[-1][2] += max(0.0, service_s)
+            buckets[-1][1] += slots
+            buckets[-1][2] += busy_s
         else:
-            buckets.append([second, 1.0, max(0.0, service_s)])
+            buckets.append([second, float(slots), busy_s])
         self._forget(buckets, now)
 
     def depth_seen(self, queue: int, visible: int) -> None:

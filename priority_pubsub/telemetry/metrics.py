@@ -104,6 +104,11 @@ class Metrics:
             "priority_pubsub_promotions", "Messages taken ahead of higher queues by the "
             "starvation bound (queues[].max_wait_s).", ["queue"], registry=r,
         )
+        self.slots_held = Counter(
+            "priority_pubsub_slots_held_seconds", "Seconds free slots were held for a due "
+            "queue of heavy messages (queues[].slots, max_wait_s) until its slots were free.",
+            ["queue"], registry=r,
+        )
         # The operator's runtime holds (the monitor's pause and drain, issue 29).
         self.queue_paused = Gauge(
             "priority_pubsub_queue_paused",

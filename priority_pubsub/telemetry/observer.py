@@ -93,6 +93,10 @@ class DeliveryObserver:
         log.info("promoted", queue=message.queue, message_id=message.id,
                  untried_s=message.promoted_after_s)
 
+    def slots_held(self, queue: str, seconds: float) -> None:
+        """Free slots were held ``seconds`` for ``queue``, due and short of slots."""
+        self.metrics.slots_held.labels(queue).inc(max(0.0, seconds))
+
     def receive_call(self, queue: str, priority: int, *, empty: bool) -> None:
         self.metrics.queue(queue, priority).receive_calls[empty].inc()
 
@@ -110,7 +114,7 @@ class DeliveryObserver:
             index = self._live.index.get(message.queue)  # None: a reload removed its queue
             if index is not None:
                 started_ms = event.forwarded_ms or message.received_ms
-                self._capacity.served(index, (settled_ms - started_ms) / 1000)
+                self._capacity.served(index, (settled_ms - started_ms) / 1000, message.slots)
         if kind is not Kind.ACK or self._log_successes:  # an ack logs nothing above debug
             self._log(event, settled_ms - (event.forwarded_ms or message.received_ms))
             if kind is Kind.DEAD:
@@ -127,6 +131,7 @@ class DeliveryObserver:
                 outcome=kind.value, http_status=event.http_status,
                 reason=event.reason, bytes=len(message.body),
                 promoted_after_s=message.promoted_after_s,
+                slots=message.slots if message.slots > 1 else None,
             ))
 
     def _log(self, event: Settled, duration_ms: int) -> None:

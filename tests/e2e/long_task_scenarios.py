@@ -1,6 +1,7 @@
 """The long-task scenarios of issue 25, part of every broker's ``SidecarScenarios``: a
 reserved worker serves high messages at once while a low backlog of long tasks runs, a
-per-queue limit holds, the starvation bound serves a low message under continuous high load.
+per-queue limit holds, the starvation bound serves a low message under continuous high load;
+and issue 44's slot cost: a heavy queue's messages take their slots, light ones the rest.
 
 What the app saw is measured by the app (``RecordingApp``): each request's arrival time and
 its known task length give the intervals in which it held a worker.
@@ -140,3 +141,43 @@ class LongTaskScenarios:
         [record] = [r for r in journal_records(tmp_path / "journal") if r["queue"] == low]
         assert record["promoted_after_s"] >= max_wait_s
         assert total(metrics, "priority_pubsub_promotions_total", queue=low) == 1
+
+    def test_a_heavy_queue_takes_two_slots_and_light_tasks_fill_the_rest(
+        self, tmp_path: Path, app: RecordingApp, topology: Topology
+    ) -> None:
+        """Issue 44: concurrency 4, ``slots: 2`` on the heavy queue (above the light one):
+        never more than 2 heavy messages at the app, light ones in the slots a heavy one
+        leaves, and the app's own count of slots in use never above 4."""
+        heavy, light = topology.queue("heavy", lease_s=30), topology.queue("light", lease_s=30)
+        lengths = {"hv": 2.0, "lt": 0.4}
+        slots = {"hv": 2, "lt": 1}
+        app.behaviour = lambda r: Reply(delay_s=lengths[str(r.event["data"])[:2]],
+                                        slots=slots[str(r.event["data"])[:2]])
+        heavies = [f"hv-{n}" for n in range(5)]
+        lights = [f"lt-{n}" for n in range(16)]
+        for data in heavies:
+            topology.publish(heavy, tag(data))
+        for data in lights:
+            topology.publish(light, tag(data))
+        config = topology_config(topology, tmp_path, app.url, [heavy, light], concurrency=4,
+                                 lease={"duration_s": 30})
+        config["queues"] = [{"name": heavy, "slots": 2}, {"name": light}]
+        sidecar = self.start(tmp_path, config)
+        try:
+            app.wait_for(len(heavies) + len(lights), timeout_s=60)
+            wait_until(lambda: len(journal_records(tmp_path / "journal", releases=True))
+                       >= len(heavies) + len(lights), timeout_s=30)
+        finally:
+            assert sidecar.stop() == 0
+        heavy_requests = [r for r in app.received if str(r.event["data"]).startswith("hv")]
+        assert most_at_once(heavy_requests, lengths) == 2
+        assert app.max_slots_in_progress == 4  # full, and never above
+        # a light task ran beside a heavy one: the slots a heavy message left were used
+        assert any(h.at < r.at < h.at + lengths["hv"] - 0.1 for h in heavy_requests
+                   for r in app.received if str(r.event["data"]).startswith("lt"))
+        delivered = Counter(str(r.event["data"]) for r in app.received)
+        assert sorted(delivered) == sorted(heavies + lights)
+        assert set(delivered.values()) == {1}
+        records = journal_records(tmp_path / "journal", releases=True)
+        assert [r for r in records if r["outcome"] == "release"] == []
+        assert {r["queue"]: r.get("slots") for r in records} == {heavy: 2, light: None}

@@ -1,4 +1,4 @@
-"""The report reads journal schema v1, v2 and v3 files alike, and counts a failed settle right:
+"""The report reads journal schema v1 to v4 files alike, and counts a failed settle right:
 not completed (the broker delivers the message again), a ``release`` not a delivery."""
 
 from __future__ import annotations
@@ -58,27 +58,33 @@ def test_old_and_new_journals_in_one_report(spark: SparkSession, tmp_path: Path)
 
 
 def as_version(line: str, version: int) -> str:
-    """A line as a sidecar of ``version`` wrote it: v1 and v2 had no ``promoted_after_s``."""
+    """A line as a sidecar of ``version`` wrote it: v1 and v2 had no ``promoted_after_s``,
+    v3 no ``slots``."""
     value = json.loads(line)
     value["v"] = version
     if version < 3:
         del value["promoted_after_s"]
+    if version < 4:
+        del value["slots"]
     return json.dumps(value)
 
 
-def test_v1_v2_and_v3_lines_are_read_alike(spark: SparkSession, tmp_path: Path) -> None:
+def test_v1_to_v4_lines_are_read_alike(spark: SparkSession, tmp_path: Path) -> None:
     promoted = record("p-1", 2, T0, T0 + 600_000, T0 + 606_000)
     promoted.promoted_after_s = 600.0
+    heavy = record("h-1", 1, T0, T0 + 10, T0 + 50)
+    heavy.slots = 2
     lines = [
         as_version(record("a-1", 0, T0, T0 + 10, T0 + 20).to_json(), 1),
         as_version(record("b-1", 1, T0, T0 + 10, T0 + 30).to_json(), 2),
         as_version(promoted.to_json(), 3),
-        as_version(record("c-1", 0, T0, T0 + 10, T0 + 40).to_json(), 4),  # a newer sidecar
+        as_version(heavy.to_json(), 4),
+        as_version(record("c-1", 0, T0, T0 + 10, T0 + 40).to_json(), 5),  # a newer sidecar
     ]
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "journal-mixed.jsonl").write_text("".join(x + "\n" for x in lines))
     summary = run_report(str(tmp_path / "in" / "journal-*"), str(tmp_path / "out"), spark=spark)
-    assert (summary.lines.valid, summary.lines.unknown_version) == (3, 1)
+    assert (summary.lines.valid, summary.lines.unknown_version) == (4, 1)
     life = {r["message_id"]: r for r in spark.read.parquet(summary.tables["lifecycle"]).collect()}
-    assert {name: life[name]["final_outcome"] for name in ("a-1", "b-1", "p-1")} == {
-        "a-1": "ack", "b-1": "ack", "p-1": "ack"}
+    assert {name: life[name]["final_outcome"] for name in ("a-1", "b-1", "p-1", "h-1")} == {
+        "a-1": "ack", "b-1": "ack", "p-1": "ack", "h-1": "ack"}

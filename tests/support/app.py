@@ -39,6 +39,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     until_closed: bool = False
     """Never answer: wait until the client closes the connection (``RecordingApp.closed``)."""
+    slots: int = 1
+    """What the request occupies in the app's own count of slots while it runs
+    (``RecordingApp.max_slots_in_progress``): a heavy task's 2, say."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,9 @@ class RecordingApp:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     in_progress: int = 0
     max_in_progress: int = 0
+    slots_in_progress: int = 0
+    max_slots_in_progress: int = 0
+    """The most slots (``Reply.slots``) the requests in progress held at once."""
     closed: list[Closed] = field(default_factory=list)
     """Requests answered ``until_closed``, as their connections closed."""
 
@@ -124,8 +130,14 @@ class RecordingApp:
             self.received.append(seen)
             self.in_progress += 1
             self.max_in_progress = max(self.max_in_progress, self.in_progress)
+        slots = 0
         try:
             reply = self.behaviour(seen)
+            slots = reply.slots
+            with self._lock:
+                self.slots_in_progress += slots
+                self.max_slots_in_progress = max(self.max_slots_in_progress,
+                                                 self.slots_in_progress)
             if reply.until_closed:
                 await self._until_closed(request, seen)
             elif reply.delay_s:
@@ -133,6 +145,7 @@ class RecordingApp:
         finally:
             with self._lock:
                 self.in_progress -= 1
+                self.slots_in_progress -= slots
         body = reply.body
         if isinstance(body, dict):
             return web.json_response(body, status=reply.status, headers=reply.headers)

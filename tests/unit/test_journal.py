@@ -35,7 +35,7 @@ def test_the_docs_publish_the_schema_from_code() -> None:
 def test_record_fields_follow_the_schema_order() -> None:
     line = json.loads(record(1).to_json())
     assert list(line) == [f.name for f in JOURNAL_FIELDS]
-    assert line["v"] == SCHEMA_VERSION == 3
+    assert line["v"] == SCHEMA_VERSION == 4
 
 
 @pytest.mark.parametrize("fsync", ["none", "every_line"])
@@ -79,7 +79,7 @@ async def test_write_failure_is_logged_not_raised(tmp_path: Path) -> None:
 
 def test_torn_last_line_and_unknown_versions_are_counted_not_fatal(tmp_path: Path) -> None:
     path = tmp_path / "journal-1-1.jsonl"
-    path.write_text(record(1).to_json() + "\n" + '{"v": 4, "x": 1}\n' + '{"v": 1, "message_')
+    path.write_text(record(1).to_json() + "\n" + '{"v": 5, "x": 1}\n' + '{"v": 1, "message_')
     records, bad = read_journal_lines(path)
     assert [r["message_id"] for r in records] == ["m1"]
     assert bad == 2
