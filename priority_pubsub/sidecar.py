@@ -8,7 +8,10 @@ files changed: ``delivery.reload``) replaces them there. Shutdown (SIGTERM/SIGIN
 them in reverse: the receiver stops taking messages, lets in-flight tasks finish for
 ``shutdown.grace_s`` and cancels the rest (cancelled workers return their messages at once:
 visibility 0 / nack / abandon), then the journal is flushed, the HTTP session and the driver
-closed, the server stopped.
+closed, the server stopped. With ``shutdown.mode: finish`` the receiver lets every delivery
+run to its end or its own timeout instead, and ``GET /drain`` on the ops server (the app's
+preStop hook) starts the same stop and answers once nothing is in flight
+(``drain_on_request``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.delivery.worker import Worker
 from priority_pubsub.drivers.base import DepthReporter, Driver, Pinger, QueueAdder
 from priority_pubsub.drivers.registry import build_driver
+from priority_pubsub.kube.deletion_cost import DeletionCost
 from priority_pubsub.monitor.build import build_monitor
 from priority_pubsub.monitor.state import DepthReading, drain_state
 from priority_pubsub.settings.config import Settings
@@ -152,13 +156,22 @@ class Sidecar:
             settings.server, stalled=lambda: self.watchdog.stalled,
             readiness_problem=self.readiness_problem, render_metrics=self.metrics.render,
             more_routes=self.monitor.add_routes if self.monitor else None,
+            drain=self.drain_on_request if settings.shutdown.mode == "finish" else None,
         )
+        self._drained = asyncio.Event()
+        """Set once the receiver has stopped and nothing is in flight: ``GET /drain``'s answer."""
+        self.deletion_cost = DeletionCost(
+            settings.kubernetes, lambda: self.receiver.in_flight > 0,
+            self.metrics.deletion_cost_patches,
+        ) if settings.kubernetes.deletion_cost else None
         self.connected = False
         self.draining = False
         self._stop = asyncio.Event()
         self._parts = [
             Part("watchdog", self.watchdog.start, self.watchdog.stop),
-            Part("ops server", self.server.start, self.server.stop),
+            Part("ops server", self.server.start, self._stop_server),
+            *([Part("deletion cost", self.deletion_cost.start, self.deletion_cost.stop)]
+              if self.deletion_cost else []),
             Part("driver", self._connect, self.driver.close),
             Part("forwarder", self.forwarder.start, self.forwarder.close),
             Part("tracer", _nothing, self.tracer.close),
@@ -167,7 +180,7 @@ class Sidecar:
             *([Part("monitor history", self._start_history, self._stop_history)]
               if self.monitor else []),
             Part("app probe", self._start_probe, self._stop_probe),
-            Part("receiver", self.receiver.start, self.receiver.stop),
+            Part("receiver", self.receiver.start, self._stop_receiver),
             Part("config watch", self._start_watch, self._stop_watch),
         ]
         self._reload_ready = asyncio.Event()
@@ -274,6 +287,22 @@ class Sidecar:
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    async def drain_on_request(self) -> None:
+        """``GET /drain`` (``shutdown.mode: finish``): the stop a SIGTERM starts, nothing
+        more; returns once the receiver has stopped and nothing is in flight."""
+        self.request_stop()
+        await self._drained.wait()
+
+    async def _stop_receiver(self) -> None:
+        try:
+            await self.receiver.stop()
+        finally:
+            self._drained.set()
+
+    async def _stop_server(self) -> None:
+        self._drained.set()  # the receiver never started (nothing was taken): answer too
+        await self.server.stop()
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Run until ``request_stop()`` or a signal; then stop the parts in reverse."""

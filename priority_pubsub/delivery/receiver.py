@@ -17,6 +17,9 @@ effective concurrency). ``stop()`` stops taking, lets in-flight tasks finish for
 ``shutdown.grace_s``, then cancels the rest: cancelled workers return their messages at once
 (``worker.stopped``: a counted retry if the app had the message, never past the last attempt,
 else a release), and what a cancelled take held goes back unseen (``STOPPING_REASON``).
+With ``shutdown.mode: finish`` nothing is cancelled: ``stop()`` waits for every task, each
+bounded by its own delivery timeout (``cancel.Running``: past it, a retry with reason
+``timeout``, as at any other time), its lease kept alive by its worker meanwhile.
 
 Slots (``queues[].slots``): ``concurrency`` counts slots, and a message occupies its
 ``Message.slots`` of them from its receive until the app answered; the free slots are what a
@@ -83,6 +86,7 @@ class Receiver:
         self._capacity = capacity or (lambda in_flight: live.settings.concurrency - in_flight)
         """How many more messages may be taken with ``in_flight`` in hand."""
         self._grace_s = live.settings.shutdown.grace_s
+        self._finish = live.settings.shutdown.mode == "finish"
         self._dispatcher = dispatcher
         self._worker = worker
         self._observer = observer
@@ -173,7 +177,8 @@ class Receiver:
             await self._loop
 
     async def stop(self) -> None:
-        """Stop taking, drain in-flight tasks for the grace period, cancel the rest."""
+        """Stop taking, drain in-flight tasks for the grace period, cancel the rest (mode
+        ``finish``: drain them all, each to its end or its timeout)."""
         if self._loop is not None:
             self._abandon_reason = STOPPING_REASON
             self._loop.cancel()
@@ -255,6 +260,11 @@ class Receiver:
 
     async def _drain(self) -> None:
         if not self._tasks:
+            return
+        if self._finish:
+            log.info("draining: every delivery runs to its end or its timeout",
+                     in_flight=len(self._tasks))
+            await asyncio.wait(set(self._tasks))
             return
         log.info("draining", in_flight=len(self._tasks), grace_s=self._grace_s)
         _, pending = await asyncio.wait(set(self._tasks), timeout=self._grace_s)

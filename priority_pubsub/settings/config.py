@@ -273,8 +273,17 @@ class LeaseConfig(_Strict):
 
 
 class ShutdownConfig(_Strict):
+    mode: Literal["return", "finish"] = "return"
+    """What a stop (SIGTERM) does with the deliveries in flight, once nothing new is taken.
+    ``return``: they may finish for ``grace_s``, the rest go back to their queues at once (a
+    counted retry). ``finish``: every delivery runs to its end or its own timeout
+    (``queues[].timeout_s``, else ``app.timeout_s``, from its start; past it a retry with
+    reason ``timeout``), leases kept alive meanwhile, then exit 0; ``grace_s`` does not apply,
+    and ``GET /drain?wait=true`` on the ops server starts the same stop (a preStop hook's) and
+    answers once nothing is in flight (docs/operations/fleet.md)."""
     grace_s: float = Field(default=30, ge=0)
-    """On SIGTERM, how long in-flight deliveries may finish before the rest is returned."""
+    """``mode: return``: on SIGTERM, how long in-flight deliveries may finish before the rest
+    is returned."""
     block_s: float = Field(default=0, ge=0)
     """daprd's ``--dapr-block-shutdown-duration``: after SIGTERM keep running (delivering and
     serving the publish API) this long, or until the app's health probe fails, then drain."""
@@ -294,6 +303,27 @@ class ServerConfig(_Strict):
     """The sliding window of ``priority_pubsub_workers_needed`` (queues[].wait_slo_s)."""
     stall_after_s: float = Field(default=10, gt=0)
     """Event-loop lag after which ``/healthz`` reports the loop as stuck."""
+
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+"""Where Kubernetes mounts a pod's service-account credentials (token, ca.crt, namespace)."""
+
+
+class KubernetesConfig(_Strict):
+    """What the sidecar writes to its own pod through the Kubernetes API (in-cluster
+    credentials: ``KUBERNETES_SERVICE_HOST``/``PORT`` and the service-account files; the pod's
+    name and namespace from the downward API, ``POD_NAME`` and ``NAMESPACE``). Off by default:
+    it needs a token that may patch pods (the chart's ``scaleIn.deletionCost``)."""
+
+    deletion_cost: bool = False
+    """Keep this pod's ``controller.kubernetes.io/pod-deletion-cost`` at 0 while idle and 1000
+    while a delivery is in flight, so a scale-in removes idle pods first. Patched only when
+    idle/busy changes, at most once per 10 s; best-effort (a failed patch is logged and
+    counted, never touches delivery; Kubernetes itself treats the cost as a hint)."""
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR
+    """Where the service-account ``token``, ``ca.crt`` and ``namespace`` are read (the
+    standard mount path; the token is read again for every request: projected tokens
+    rotate)."""
 
 
 class MonitorConfig(_Strict):
@@ -399,6 +429,8 @@ class Settings(_Strict):
     """One JSON line per settled attempt (the delivery report reads them); off when omitted."""
     log: LogConfig = LogConfig()
     """Logging."""
+    kubernetes: KubernetesConfig = KubernetesConfig()
+    """The pod's own Kubernetes object: its deletion cost (off unless set)."""
     reload: ReloadConfig = ReloadConfig()
     """Live reload: on SIGHUP, and when the config file changes (``watch``)."""
     tracing: TracingConfig | None = None

@@ -21,7 +21,8 @@ from typing import Any
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.settings.plugins import driver_options_model
 
-CORE_PATH_KEYS: tuple[tuple[str, str], ...] = (("journal", "path"), ("dapr", "resources_path"))
+CORE_PATH_KEYS: tuple[tuple[str, str], ...] = (
+    ("journal", "path"), ("dapr", "resources_path"), ("kubernetes", "service_account_dir"))
 """(section, key) of the core settings that hold filesystem paths (one, or a list)."""
 
 

@@ -127,6 +127,11 @@ class Metrics:
         )
         for result in ("applied", "refused"):
             self.config_reloads.labels(result)
+        self.deletion_cost_patches = Counter(
+            "priority_pubsub_deletion_cost_patches", "Patches of this pod's deletion cost "
+            "(kubernetes.deletion_cost), by result: applied, or failed (refused, unreachable, "
+            "no answer in time).", ["result"], registry=r,
+        )
         self.event_loop_tasks = Gauge(
             "priority_pubsub_event_loop_tasks",
             "asyncio tasks alive in the sidecar's loop at scrape time (one that only grows "

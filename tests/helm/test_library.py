@@ -69,3 +69,25 @@ def test_consumer_config_is_accepted(
     settings = load_as_sidecar(docs, sidecar_container(_pod(docs)), tmp_path, monkeypatch)
     assert settings.queue_names == ("vip", "standard")
     assert settings.driver.options()["region"] == "eu-central-1"
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["classic", "native"])
+def test_consumer_app_drains_first_in_finish_mode(
+    helm: Helm, consumer_chart: Path, native: bool
+) -> None:
+    """``sidecar.appLifecycle``: the user's app container gets the sidecar's drain as its
+    preStop hook (by port number) with ``shutdown.mode: finish``, nothing without it."""
+    sets = [f"priority-pubsub.sidecar.native={str(native).lower()}"]
+    worker = next(c for c in _pod(helm.render(sets=sets, chart=consumer_chart))["containers"]
+                  if c["name"] == "worker")
+    assert "lifecycle" not in worker
+    docs = helm.render(sets=[*sets, "priority-pubsub.config.shutdown.mode=finish"],
+                       chart=consumer_chart)
+    validate_all(docs)
+    pod = _pod(docs)
+    worker = next(c for c in pod["containers"] if c["name"] == "worker")
+    port = next(p["containerPort"] for p in sidecar_container(pod)["ports"]
+                if p["name"] == "metrics")
+    assert worker["lifecycle"] == {"preStop": {"httpGet": {"path": "/drain?wait=true",
+                                                           "port": port}}}
+    assert pod["terminationGracePeriodSeconds"] == 3600 + 15 + 20  # app.timeout_s, SQS poll

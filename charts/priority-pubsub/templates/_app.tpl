@@ -40,11 +40,17 @@
     {{- toYaml . | nindent 4 }}
   {{- end }}
   {{- $sleep := include "priority-pubsub.app.preStopSleepSeconds" . | int }}
+  {{- with include "priority-pubsub.sidecar.appLifecycle" . }}
+  lifecycle:
+    # SIGTERM only once the sidecar's drain is over: no task of the app's is in flight.
+    {{- . | nindent 4 }}
+  {{- else }}
   {{- if gt $sleep 0 }}
   lifecycle:
     # Keep serving while the sidecar, which stops receiving at once, finishes in-flight tasks.
     preStop:
       sleep: {seconds: {{ $sleep }}}
+  {{- end }}
   {{- end }}
   {{- with $app.resources }}
   resources:

@@ -22,7 +22,14 @@ dependency (with `mode: sidecar` in its values for it). Pass the subchart's cont
 `sidecar.containers` renders the sidecar only when sidecar.native is false and
 `sidecar.initContainers` only when it is true, so include both. Add
 `include "priority-pubsub.sidecar.podAnnotations" $pp` to the pod template's annotations to
-roll the pods when the config changes.
+roll the pods when the config changes in a key a live reload cannot apply. With config.shutdown.mode finish, give the app
+container the sidecar's drain as its preStop hook:
+
+      - name: my-app
+        {{- with include "priority-pubsub.sidecar.appLifecycle" $pp }}
+        lifecycle:
+          {{- . | nindent 10 }}
+        {{- end }}
 */}}
 
 {{/* The sidecar container, one list item. */}}
@@ -146,9 +153,38 @@ roll the pods when the config changes.
       readOnly: true
     {{- end }}
     {{- end }}
+    {{- if .Values.scaleIn.deletionCost }}
+    # The Kubernetes API credentials (scaleIn.deletionCost), in this container only.
+    - name: priority-pubsub-kube-api
+      mountPath: {{ include "priority-pubsub.serviceAccountDir" . }}
+      readOnly: true
+    {{- end }}
     {{- with .Values.sidecar.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
+{{- end }}
+
+{{/* Where the sidecar reads the service-account files: config.kubernetes.service_account_dir,
+by default the standard path. */}}
+{{- define "priority-pubsub.serviceAccountDir" -}}
+{{- $kubernetes := default dict .Values.config.kubernetes }}
+{{- default "/var/run/secrets/kubernetes.io/serviceaccount" $kubernetes.service_account_dir }}
+{{- end }}
+
+{{/*
+The app container's lifecycle with config.shutdown.mode finish: its preStop hook is the
+sidecar's drain, which answers once no task is in flight, so the app gets its SIGTERM only
+after its tasks are done (both layouts: a native sidecar is stopped after the app, an ordinary
+one gets its SIGTERM beside the hook and starts the same drain). By port number: a hook
+resolves a named port only among its own container's ports. Empty in mode return.
+*/}}
+{{- define "priority-pubsub.sidecar.appLifecycle" -}}
+{{- if eq (include "priority-pubsub.shutdownMode" .) "finish" -}}
+preStop:
+  httpGet:
+    path: /drain?wait=true
+    port: {{ include "priority-pubsub.metricsPort" . }}
+{{- end }}
 {{- end }}
 
 {{/* The sidecar for `containers:`; empty when sidecar.native is true. */}}
@@ -165,8 +201,9 @@ roll the pods when the config changes.
 {{- end }}
 {{- end }}
 
-{{/* The sidecar's volumes: the ConfigMap, /data, /tmp and, in Dapr mode, the resources
-directory and the local.file secret store's Secret. */}}
+{{/* The sidecar's volumes: the ConfigMap, /data, /tmp, with scaleIn.deletionCost the API
+credentials and, in Dapr mode, the resources directory and the local.file secret store's
+Secret. */}}
 {{- define "priority-pubsub.sidecar.volumes" -}}
 - name: priority-pubsub-config
   configMap:
@@ -184,6 +221,25 @@ directory and the local.file secret store's Secret. */}}
 - name: priority-pubsub-tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- if .Values.scaleIn.deletionCost }}
+# What the kubelet mounts for automountServiceAccountToken, for the sidecar alone (the pod's
+# automountServiceAccountToken stays false: the app gets no token that may patch pods).
+- name: priority-pubsub-kube-api
+  projected:
+    defaultMode: 420  # 0644, as the kubelet mounts it
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - {key: ca.crt, path: ca.crt}
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef: {apiVersion: v1, fieldPath: metadata.namespace}
+{{- end }}
 {{- if .Values.dapr.enabled }}
 - name: priority-pubsub-dapr-resources
   configMap:
@@ -196,9 +252,10 @@ directory and the local.file secret store's Secret. */}}
 {{- end }}
 {{- end }}
 
-{{/* Pod annotations that roll the pods when the config changes. */}}
+{{/* Pod annotations that roll the pods when the config changes in a key a live reload does
+not apply (restartOnlyConfig). */}}
 {{- define "priority-pubsub.sidecar.podAnnotations" -}}
-checksum/priority-pubsub-config: {{ include "priority-pubsub.configYaml" . | sha256sum }}
+checksum/priority-pubsub-config: {{ include "priority-pubsub.restartOnlyConfig" . | sha256sum }}
 {{- if .Values.dapr.enabled }}
 checksum/priority-pubsub-dapr-resources: {{ toYaml .Values.dapr.resources.manifests | sha256sum }}
 {{- end }}
