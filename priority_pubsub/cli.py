@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import inspect
 import json
@@ -246,7 +247,7 @@ def run(
                     return
                 from priority_pubsub.dapr.runtime import run_dapr
 
-                await run_dapr(settings, loaded.plan, streams)
+                await run_dapr(loaded, streams, reload=(config, flags))
         except OSError as exc:  # a publish API port already taken
             raise PriorityPubsubError(f"publish API: {exc}") from None
 
@@ -294,7 +295,9 @@ def check(
         "--reload-safe", metavar="OLD NEW", show_default=False,
         help="Whether a sidecar running config OLD would take NEW by a live reload: print "
         "each change as applied or REFUSED (restart-only); exit 1 if any is refused, 2 if "
-        "either file is invalid. Reaches nothing.")] = None,
+        "either file is invalid. Reaches nothing. A path written relative is anchored at "
+        "its own file's directory; in Dapr mode NEW's resources are compared as replacing "
+        "OLD's in place.")] = None,
     *,
     flags: DaprdFlags,
 ) -> None:
@@ -340,20 +343,31 @@ def check(
 
 
 def _check_reload_safe(old: Path, new: Path, *, flags: DaprdFlags) -> None:
-    """``check --reload-safe``: the running sidecar's own rule (``settings.reload``)."""
+    """``check --reload-safe``: the running sidecar's own rule (``settings.reload``, and in
+    Dapr mode what the resources change beyond the settings: ``dapr.reload.compare``)."""
+    from priority_pubsub.dapr.reload import compare
     from priority_pubsub.drivers.registry import adds_queues
     from priority_pubsub.settings.reload import reload_diff
 
-    running = _loaded(old, flags, reach_app=False).settings
-    candidate = _loaded(new, flags, reach_app=False).settings
-    diff = reload_diff(running, candidate, can_add_queues=adds_queues(running.driver.type))
-    for key in diff.applied:
+    running = _loaded(old, flags, reach_app=False)
+    candidate = _loaded(new, flags, reach_app=False)
+    if running.settings.dapr is not None and candidate.settings.dapr is not None:
+        # NEW's resources replace OLD's in place: where each is read from is no change
+        dapr = candidate.settings.dapr.model_copy(
+            update={"resources_path": running.settings.dapr.resources_path})
+        candidate = dataclasses.replace(
+            candidate, settings=candidate.settings.model_copy(update={"dapr": dapr}))
+    compared = compare(running, candidate)
+    diff = reload_diff(running.settings, compared.settings,
+                       can_add_queues=adds_queues(running.settings.driver.type))
+    applied = (*diff.applied, *compared.changed)
+    for key in applied:
         typer.echo(f"applied   {key}")
-    for key in diff.refused:
+    for key in (*diff.refused, *compared.restart_only):
         typer.echo(f"REFUSED   {key} (restart-only)")
-    if not diff.safe:
+    if not diff.safe or compared.restart_only:
         _fail(f"a live reload would refuse {new}: restart to apply it", 1)
-    what = "no change" if not diff.applied else f"{len(diff.applied)} change(s)"
+    what = "no change" if not applied else f"{len(applied)} change(s)"
     typer.echo(f"OK: {new} can be reloaded into a sidecar running {old} ({what})", err=True)
 
 

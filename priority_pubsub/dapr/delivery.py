@@ -87,6 +87,28 @@ class DaprDelivery:
         subscriptions = {**plan.subscriptions, topic: streaming(plan.component.name, topic)}
         self._plan = dataclasses.replace(plan, queues=tuple(queues), subscriptions=subscriptions)
 
+    def use_plan(self, plan: DaprPlan) -> None:
+        """A live reload's plan: its subscriptions' routes, rules and dead-letter topics from
+        now on. A topic it no longer has keeps its subscription (what is in flight from it is
+        delivered and settled as it would have been; nothing more is taken from it), and so
+        does a topic only a stream knows."""
+        before = self._plan
+        kept = {topic: subscription for topic, subscription in before.subscriptions.items()
+                if topic not in plan.subscriptions}
+        queues = list(plan.queues)
+        for planned in before.queues:
+            gone = tuple(topic for topic in planned.topics if topic in kept)
+            if not gone:
+                continue
+            for index, queue in enumerate(queues):
+                if queue.name == planned.name:  # the shared layout: still its queue
+                    queues[index] = dataclasses.replace(queue, topics=(*queue.topics, *gone))
+                    break
+            else:
+                queues.append(dataclasses.replace(planned, topics=gone))
+        self._plan = dataclasses.replace(plan, queues=tuple(queues),
+                                         subscriptions={**plan.subscriptions, **kept})
+
     def decode(self, message: Message, payload: Payload) -> Decoded | Outcome:
         """Unwrap the broker's body and find the subscription (shared by dead-lettering)."""
         plan = self._plan

@@ -65,6 +65,9 @@ class DaprPlan:
     """The components loaded for this app (in scope), as the metadata API lists them."""
     templated: tuple[TemplatedComponent, ...] = ()
     """The metadata of every component in scope as templated (``check`` prints it)."""
+    source_component: Component | None = None
+    """The component as written (before secrets and templates): what a live reload compares
+    to tell a changed component from one read again (``{uuid}`` is new at every read)."""
 
     def topic_of(self, queue: str, topic_key: str | None) -> str | None:
         """The topic of a message on ``queue`` (``topic_key`` as the broker names it)."""
@@ -140,7 +143,7 @@ def build_plan(dapr: DaprConfig, manifests: Sequence[Manifest],
                        if c.in_scope(dapr.app_id))
     return DaprPlan(dapr.app_id, context, kind, by_topic, queues, mapped, tuple(notes),
                     tuple(warnings), resilient.settings, registered,
-                    _templated(components, context, stores, templates))
+                    _templated(components, context, stores, templates), component)
 
 
 def _templated(components: Sequence[Component], chosen: ComponentContext,

@@ -1,11 +1,12 @@
 """Dapr mode at run time: create the component's entities (as daprd does at start, unless
 ``disableEntityManagement``), then run the sidecar with daprd's delivery and per-subscription
-dead-letter topics."""
+dead-letter topics, reloading the config and the resources live (``dapr.reload``)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from priority_pubsub.app.channel.bulk import BulkSettings
@@ -13,7 +14,10 @@ from priority_pubsub.app.channel.streams import StreamHub, TopicRefused
 from priority_pubsub.dapr.components import Entities
 from priority_pubsub.dapr.dead_letters import DeadLetterTopics
 from priority_pubsub.dapr.delivery import DaprDelivery
+from priority_pubsub.dapr.flags import DaprdFlags
 from priority_pubsub.dapr.plan import DaprPlan
+from priority_pubsub.dapr.reload import DaprReload
+from priority_pubsub.dapr.setup import Loaded
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.telemetry.logs import get_logger
 
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
     from priority_pubsub.sidecar import Sidecar
 
 log = get_logger("priority_pubsub.dapr")
+DaprReloadFrom = tuple[Path | None, DaprdFlags]
+"""What the process started with, to read again: the config path and daprd's flags."""
 
 
 def report(plan: DaprPlan | None, warnings: tuple[str, ...]) -> None:
@@ -36,10 +42,15 @@ def report(plan: DaprPlan | None, warnings: tuple[str, ...]) -> None:
              namespace_prefix=plan.component.topic_prefix or None)
 
 
-async def run_dapr(settings: Settings, plan: DaprPlan, streams: StreamHub | None = None
-                   ) -> None:
+async def run_dapr(loaded: Loaded, streams: StreamHub | None = None, *,
+                   reload: DaprReloadFrom | None = None) -> None:
+    """``reload``: the config path and daprd's flags the process started with (None: no
+    live reload)."""
     from priority_pubsub.drivers.registry import build_driver
     from priority_pubsub.sidecar import Sidecar
+
+    settings, plan = loaded.settings, loaded.plan
+    assert plan is not None
 
     entities = plan.entities(settings.driver.options())
     if entities is not None:  # the dead letters too: the driver resolves them at start
@@ -49,7 +60,10 @@ async def run_dapr(settings: Settings, plan: DaprPlan, streams: StreamHub | None
     driver = DeadLetterTopics(build_driver(settings), delivery,
                               entities.publish if entities is not None else None)
     bulk = bulk_topics(plan) if settings.app.push else None  # streams take one by one
-    sidecar = Sidecar(settings, driver=driver, delivery=delivery, bulk=bulk, streams=streams)
+    source = (DaprReload(*reload, loaded, delivery, entities).source()
+              if reload is not None else None)
+    sidecar = Sidecar(settings, driver=driver, delivery=delivery, bulk=bulk, streams=streams,
+                      reload=source)
     if streams is not None:
         streams.make_queue = StreamTopics(settings, plan, entities, delivery, sidecar).make
     await sidecar.run()

@@ -5,6 +5,7 @@ what the resources imply)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from priority_pubsub.settings.dapr import DaprConfig
 
 if TYPE_CHECKING:
     from priority_pubsub.dapr.plan import DaprPlan  # Dapr mode only: imported by _load_dapr
+    from priority_pubsub.dapr.subscriptions import Subscription
 
 
 @dataclass(frozen=True)
@@ -34,12 +36,15 @@ class Loaded:
     settings: Settings
     plan: DaprPlan | None = None
     warnings: tuple[str, ...] = ()
+    from_app: tuple[Subscription, ...] = ()
+    """Dapr mode: the subscriptions the app gave (``GET /dapr/subscribe``)."""
 
 
-def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: bool = True
-         ) -> Loaded:
+def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: bool = True,
+         from_app: Sequence[Subscription] | None = None) -> Loaded:
     """Read and validate; in Dapr mode also read the resources and (``reach_app``) ask the
-    app for its subscriptions. Raises ``ConfigError`` (exit 2) or ``AppNotAnswering``.
+    app for its subscriptions, unless ``from_app`` gives them (a live reload: daprd asks the
+    app at start only). Raises ``ConfigError`` (exit 2) or ``AppNotAnswering``.
 
     The one way from the files and the command line to validated settings: what reloads
     them must come through here too, so a section written with the wrong type is refused
@@ -58,7 +63,7 @@ def load(config: Path | None, flags: DaprdFlags | None = None, *, reach_app: boo
     if raw.get("dapr") is None:  # dapr: null is the model's "off", as journal: null
         settings = validate_config(raw)
         return Loaded(settings, None, tuple(warnings))
-    return _load_dapr(raw, reach_app, warnings)
+    return _load_dapr(raw, reach_app, warnings, from_app)
 
 
 def native_reload(config: Path | None, flags: DaprdFlags | None, settings: Settings
@@ -100,7 +105,8 @@ def _daprd_configuration(config: Path | None) -> tuple[dict[str, Any] | None, li
     return read_configuration(config)
 
 
-def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loaded:
+def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str],
+               asked: Sequence[Subscription] | None) -> Loaded:
     from priority_pubsub.dapr.discovery import app_subscriptions
     from priority_pubsub.dapr.manifests import load_manifests
     from priority_pubsub.dapr.plan import build_plan
@@ -116,7 +122,8 @@ def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loa
     app = source.section(raw, "app")
     app_url = str(app.get("url") or Settings.model_fields["app"].default.url.get_secret_value())
     push = app.get("push", True) is not False
-    from_app = (app_subscriptions(app_url, dapr.app_id, dapr.subscribe_timeout_s)
+    from_app = (list(asked) if asked is not None else
+                app_subscriptions(app_url, dapr.app_id, dapr.subscribe_timeout_s)
                 if reach_app and push and dapr.programmatic_subscriptions else [])
     plan = build_plan(dapr, manifests, from_app, publisher_only=not push)
     merged = source.merged(plan.settings(), raw)
@@ -125,4 +132,4 @@ def _load_dapr(raw: dict[str, Any], reach_app: bool, warnings: list[str]) -> Loa
                           f"{plan.component.type} (leave driver.type out in Dapr mode)")
     settings = validate_config(merged)
     os.environ.update(plan.mapped.environment)  # the component's credentials, for the SDK
-    return Loaded(settings, plan, (*warnings, *plan.warnings))
+    return Loaded(settings, plan, (*warnings, *plan.warnings), tuple(from_app))

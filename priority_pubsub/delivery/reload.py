@@ -51,6 +51,9 @@ class Candidate:
     """Put in force with the settings (Dapr mode: the new plan's routes)."""
     restart_only: tuple[str, ...] = ()
     """Restart-only changes the loader itself found (Dapr mode: a component's connection)."""
+    changed: tuple[str, ...] = ()
+    """Changes the loader itself found that ``apply`` puts in force (Dapr mode: a
+    subscription's routes), beside the settings'."""
 
 
 @dataclass(frozen=True)
@@ -115,9 +118,10 @@ class Reloader:
             self._live.replace(candidate.settings, source_hash)
             candidate.apply()
             self._metrics.config_reloads.labels("applied").inc()
-            log.info("config reloaded", trigger=trigger, changed=list(diff.applied),
+            changed = (*diff.applied, *candidate.changed)
+            log.info("config reloaded", trigger=trigger, changed=list(changed),
                      config_hash=source_hash)
-            return Result(True, diff.applied)
+            return Result(True, changed)
 
     def _refuse(self, trigger: str, reason: str, **fields: object) -> Result:
         self._live.refused(reason)

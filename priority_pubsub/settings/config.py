@@ -485,6 +485,14 @@ class Settings(_Strict):
     def queue_names(self) -> tuple[str, ...]:
         return tuple(q.name for q in self.queues)
 
+    def with_driver_of(self, other: Settings) -> Settings:
+        """These settings with ``other``'s driver, its validated options included (Dapr mode's
+        live reload: a component read again unchanged keeps what its templates gave at start,
+        a ``{uuid}`` included)."""
+        copied = self.model_copy(update={"driver": other.driver})
+        copied._driver_options = other._driver_options
+        return copied
+
     @property
     def driver_context(self) -> DriverContext:
         """What the driver is told about the deployment (and what its options are checked
