@@ -63,9 +63,9 @@ def stream_hub(settings: Settings, plan: DaprPlan | None) -> StreamHub | None:
 
 def _takes_queues_later(settings: Settings) -> bool:
     """Whether the driver can take a queue not configured at start (``QueueAdder``)."""
-    from priority_pubsub.drivers.registry import driver_class
+    from priority_pubsub.drivers.registry import adds_queues
 
-    return callable(getattr(driver_class(settings.driver.type), "add_queue", None))
+    return adds_queues(settings.driver.type)
 
 
 async def until_stopped(block_s: float = 0) -> None:
