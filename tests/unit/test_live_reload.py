@@ -5,6 +5,7 @@ dispatcher following it between takes, and the reloader refusing what it must.""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,10 @@ from typer.testing import CliRunner
 
 from priority_pubsub import cli
 from priority_pubsub.app.backpressure import AimdLimiter
+from priority_pubsub.app.gate import NO_APP, AppGate
+from priority_pubsub.core.message import Message
 from priority_pubsub.delivery.dispatcher import Dispatcher
+from priority_pubsub.delivery.receiver import Receiver
 from priority_pubsub.delivery.reload import Candidate, Reloader, ReloadSource
 from priority_pubsub.delivery.settler import Settler
 from priority_pubsub.settings.config import Settings, load_config, validate_config
@@ -27,6 +31,8 @@ from priority_pubsub.telemetry.observer import DeliveryObserver
 from tests.e2e.helpers import total
 from tests.support.configmap import ConfigMapVolume
 from tests.unit.test_capacity_rule import CountingDriver
+from tests.unit.test_receiver import FakeDispatcher
+from tests.unit.test_receiver import message as queued
 
 
 def raw(**changes: Any) -> dict[str, Any]:
@@ -279,3 +285,59 @@ def test_check_reload_safe_sorts_a_change_as_the_sidecar_does(tmp_path: Path) ->
     invalid = CliRunner().invoke(cli.app, ["check", "--reload-safe", str(old), str(new)])
     assert invalid.exit_code == 2
     assert "cannot parse" in invalid.stderr
+
+
+class HoldingWorker:
+    """Each message stays at the app until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.done: dict[str, asyncio.Event] = {}
+
+    async def handle(self, message: Message, answered: Callable[[], None] = lambda: None
+                     ) -> None:
+        self.done[message.id] = asyncio.Event()
+        self.started.append(message.id)
+        await self.done[message.id].wait()
+        answered()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met within 2 s")
+
+
+async def test_concurrency_grown_takes_at_once_and_shrunk_waits_below_it() -> None:
+    """Through the app gate, as the sidecar composes it: 2 -> 3 takes a third message with
+    nothing finished; 3 -> 1 takes nothing until none of the three is left at the app."""
+    live = LiveSettings(validate_config({"queues": [{"name": "q"}], "concurrency": 2}))
+    gate = AppGate(live, Metrics(), probe=NO_APP)
+    await gate.probe_once()
+    dispatcher, worker = FakeDispatcher(), HoldingWorker()
+    receiver = Receiver(live, dispatcher, worker,  # type: ignore[arg-type]
+                        DeliveryObserver(Metrics(), None, driver_type="fake"),
+                        capacity=gate.capacity)
+    gate.attach(receiver)
+    for n in range(1, 6):
+        dispatcher.waiting.put_nowait(queued(n))
+    await receiver.start()
+    try:
+        await until(lambda: worker.started == ["m1", "m2"])
+        await asyncio.sleep(0.05)
+        assert worker.started == ["m1", "m2"]
+        live.replace(validate_config({"queues": [{"name": "q"}], "concurrency": 3}))
+        await until(lambda: len(worker.started) == 3)
+        live.replace(validate_config({"queues": [{"name": "q"}], "concurrency": 1}))
+        for name in ("m1", "m2"):
+            worker.done[name].set()
+            await asyncio.sleep(0.05)
+            assert len(worker.started) == 3, name  # 2, then 1 at the app: not below 1
+        worker.done["m3"].set()
+        await until(lambda: len(worker.started) == 4)
+    finally:
+        for event in worker.done.values():
+            event.set()
+        await receiver.stop()
