@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The priority-pubsub sidecar image.
 #
-#   docker build -t priority-pubsub .                        # sqs, gcp and azure drivers
+#   docker build -t priority-pubsub .                        # sqs, gcp and azure drivers, journal upload
 #   docker build --build-arg EXTRAS=sqs -t priority-pubsub:sqs .
 #   docker run --read-only -v pp-data:/data -p 9464:9464 priority-pubsub
 #
@@ -15,7 +15,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # registry is reachable, scripts/image/build.sh passes a Debian base of the same release made
 # from Debian packages (python3 + venv; see docs/deploy.md).
 FROM ${PYTHON_IMAGE} AS build
-ARG EXTRAS="sqs,gcp,azure,redis,tracing,dapr,grpc"
+ARG EXTRAS="sqs,gcp,azure,redis,tracing,dapr,grpc,upload"
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1

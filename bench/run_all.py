@@ -72,6 +72,10 @@ def plan(big: bool, cloud: bool, quick: bool = False) -> list[tuple[str, list[st
                      *(["--lines", "200"] if quick else [])]),
         ("publish_api", ["--messages", size(2000, 4000, 100), "--concurrency", "16",
                          "--rounds", ROUNDS]),
+        # journal.upload to S3 (moto) on against off; and the libraries it was chosen from
+        ("upload", ["--messages", size(40000, 80000, 8000), "--concurrency", "16",
+                    "--rotate-mb", "1", "--rounds", "1" if quick else ROUNDS]),
+        ("upload_library", ["--uploads", "3" if quick else "20", "--mb", "1"]),
         ("monitor", ["--messages", size(15000, 30000, 300), "--rounds", ROUNDS]),
         ("bench_report", ["--sizes", "20000" if quick else "1000000,10000000"]),
         # ~6 minutes at 1 M on 2 cores; --big adds the 10 M history (~25 minutes more)
@@ -492,7 +496,19 @@ def monitor_targets(result: dict[str, Any]) -> Rows:
     ]
 
 
-TARGETS = {"throughput": throughput_targets, "monitor": monitor_targets,
+def upload_targets(result: dict[str, Any]) -> Rows:
+    """Issue 43: journal.upload never in the way of delivery, and light."""
+    n = result["rounds"]
+    return [
+        [f"journal.upload on/off throughput, local, c={result['concurrency']}, rotate_mb "
+         f"{result['rotate_mb']:g} (median of {n} rounds' ratios) >= 0.97",
+         result["on_over_off"], _ok(result["on_over_off"], 0.97)],
+        ["RSS added by the upload path after at least one upload <= 10 MB (medians)",
+         result["rss_added_mb"], _ok(10.0, result["rss_added_mb"])],
+    ]
+
+
+TARGETS = {"throughput": throughput_targets, "monitor": monitor_targets, "upload": upload_targets,
            "latency": latency_targets,
            "priority": priority_targets, "calls": calls_targets, "idle": idle_targets,
            "bench_report": report_targets, "long_tasks": long_tasks_targets,

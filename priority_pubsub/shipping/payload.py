@@ -26,7 +26,9 @@ class Payload:
     """The size of the local file it was made from."""
 
 
-CHUNK = 1024 * 1024
+CHUNK = 64 * 1024
+"""Read and compressed a slice at a time: a larger buffer stays in the worker thread's heap
+(1 MiB slices held ~2 MB more resident memory after the first upload)."""
 
 
 def prepare(path: Path, gzip: bool) -> Payload:

@@ -43,6 +43,7 @@ from priority_pubsub.telemetry.logs import get_logger
 log = get_logger(__name__)
 MB = 1024 * 1024
 STOP_RETRY_S = 0.5
+FIGURES_TTL_S = 1.0
 """At stop, a failed upload is tried again this soon (within ``stop_timeout_s``)."""
 
 
@@ -73,6 +74,7 @@ class Shipper:
         self._stopped = asyncio.Event()
         self._stopping = False
         self._backoff = Backoff(config.retry_initial_s, config.retry_max_s)
+        self._figures: tuple[float, float, float | None] | None = None
         writer.on_closed = self.file_closed
 
     async def start(self) -> None:
@@ -212,13 +214,23 @@ class Shipper:
         if self.on_full is not None:
             self.on_full(full)
 
+    def _spool_figures(self) -> tuple[float, float | None]:
+        """(bytes of waiting files and kept copies, mtime of the oldest waiting file), read
+        from the directory at most once per ``FIGURES_TTL_S``: a scrape lists nothing more
+        often (a benchmark scraping every 20 ms paid ~15 µs per delivered message for it)."""
+        now = time.monotonic()
+        if self._figures is None or now - self._figures[0] >= FIGURES_TTL_S:
+            waiting, kept = spool.waiting(self.directory), spool.kept(self.directory)
+            size = float(sum(f.size for f in waiting) + sum(f.size for f in kept))
+            self._figures = (now, size, waiting[0].mtime if waiting else None)
+        return self._figures[1], self._figures[2]
+
     def _spool_bytes(self) -> float:
-        files = [*spool.waiting(self.directory), *spool.kept(self.directory)]
-        return float(sum(f.size for f in files))
+        return self._spool_figures()[0]
 
     def _oldest_age_s(self) -> float:
-        waiting = spool.waiting(self.directory)
-        return max(0.0, time.time() - waiting[0].mtime) if waiting else 0.0
+        oldest = self._spool_figures()[1]
+        return 0.0 if oldest is None else max(0.0, time.time() - oldest)
 
 
 def _first_line(exc: BaseException) -> str:

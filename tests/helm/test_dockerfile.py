@@ -83,7 +83,7 @@ def test_runtime_stage_contract() -> None:
 
 def test_extras_default_never_includes_spark() -> None:
     extras = [args for op, args in instructions() if op == "ARG" and args.startswith("EXTRAS=")]
-    assert extras == ['EXTRAS="sqs,gcp,azure,redis,tracing,dapr,grpc"']
+    assert extras == ['EXTRAS="sqs,gcp,azure,redis,tracing,dapr,grpc,upload"']
     # ... and an explicit request for it is refused by the build step.
     install = next(a for op, a in instructions() if op == "RUN" and "pip install" in a)
     assert "*,spark,*|*,all,*)" in install

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -328,3 +330,24 @@ async def test_at_stop_what_could_not_be_sent_is_counted_and_named_once(
              if "still local at stop" in line]
     assert len(lines) == 1
     assert path.name in lines[0]
+
+
+def test_no_store_library_is_imported_unless_the_journal_is_uploaded(tmp_path: Path) -> None:
+    """A sidecar with a journal but no journal.upload loads none of the three libraries;
+    one uploading to S3 loads obstore only when its uploader starts."""
+    libraries = ("obstore", "google.cloud.storage", "azure.storage.blob")
+    code = (
+        "import sys, asyncio\n"
+        "from priority_pubsub.settings.config import validate_config\n"
+        "from priority_pubsub.sidecar import Sidecar\n"
+        "journal = {'path': sys.argv[1], 'upload': {'url': 's3://b/p'}} if sys.argv[2] == 'on'"
+        " else {'path': sys.argv[1]}\n"
+        "settings = validate_config({'queues': [{'name': 'q'}], 'driver': {'type': 'local', "
+        "'path': sys.argv[1] + '/q.db'}, 'journal': journal})\n"
+        "sidecar = Sidecar(settings)\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({libraries!r})))\n"
+    )
+    for mode in ("off", "on"):
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / mode), mode],
+                             capture_output=True, text=True, timeout=60, check=True)
+        assert out.stdout.strip() == "[]", (mode, out.stdout, out.stderr[-2000:])
