@@ -184,3 +184,33 @@ def test_kill_9_mid_upload_then_a_restart_lands_every_file_exactly_once(
         summary = json.loads(report.stdout)
         assert summary["messages"] == len(published)
         assert summary["files"]["new"] == len(landed)
+
+
+@pytest.mark.parametrize("proxied", ["s3"], indirect=True)
+def test_pause_delivery_holds_new_work_while_the_spool_is_full_and_resumes_after(
+    proxied: tuple[Fleet, StoreProxy], app: RecordingApp,
+) -> None:
+    """``when_full: pause_delivery``, with the store's keys in the config (a secret never
+    printed): the store down, the spool fills, this replica drains (``/readyz`` says why)
+    and takes nothing new; back under the bound once the store is back, it delivers the
+    rest, and every file lands."""
+    fleet, proxy = proxied
+    secret = "not-printed-secret-access-key"
+    proxy.cut()
+    published = fleet.publish(3000)
+    sidecar = _start(fleet, max_local_mb=0.12, when_full="pause_delivery",
+                     access_key_id="AKIDEXAMPLE", secret_access_key=secret)
+    wait_until(lambda: sidecar.ready_status() == 503, timeout_s=60)
+    held = len(app.received)
+    assert held < 3000
+    time.sleep(2)
+    assert len(app.received) <= held + 64  # what was in flight, no more
+    assert total(sidecar.metrics(), DROPPED) == 0
+    proxy.restore()
+    app.wait_for(3000, timeout_s=120)
+    wait_until(lambda: sidecar.ready_status() == 200, timeout_s=30)
+    assert sidecar.stop() == 0
+    assert secret not in sidecar.logs()
+    counted = acks(fleet.landed())
+    assert sorted(counted) == sorted(published)
+    assert set(counted.values()) == {1}
