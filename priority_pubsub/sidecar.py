@@ -268,7 +268,9 @@ class Sidecar:
         if self.draining:
             return "draining"
         if (drain := drain_state(self.control, self.in_flight)) is not None:
-            return f"{drain} by an operator ({self.in_flight} in flight)"
+            who = "by an operator" if self.control.drain is None or \
+                self.control.drain.reason != SPOOL_FULL else f"({SPOOL_FULL})"
+            return f"{drain} {who} ({self.in_flight} in flight)"
         if not self.connected:
             return "driver not connected"
         if not self.gate.health.up:

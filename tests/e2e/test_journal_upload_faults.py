@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.e2e.helpers import total
@@ -201,6 +202,8 @@ def test_pause_delivery_holds_new_work_while_the_spool_is_full_and_resumes_after
     sidecar = _start(fleet, max_local_mb=0.12, when_full="pause_delivery",
                      access_key_id="AKIDEXAMPLE", secret_access_key=secret)
     wait_until(lambda: sidecar.ready_status() == 503, timeout_s=60)
+    assert "journal spool over journal.upload.max_local_mb" in httpx.get(
+        f"{sidecar.ops_url}/readyz", timeout=5).text
     held = len(app.received)
     assert held < 3000
     time.sleep(2)
