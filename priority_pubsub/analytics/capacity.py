@@ -13,9 +13,18 @@ rarely Poisson and service rarely exponential; a worker busy with a lower-priori
 not pre-empted; and the lowest priority waits longer under strict priorities than under
 FCFS, so its figure is a lower bound. The pool needs the lowest priority's figure.
 
-Observed concurrency is the maximum number of attempts in flight at once (intervals
-``[forwarded, settled)``, ends before starts at the same millisecond), per priority and
-overall, and the mean in flight (total busy time / span, Little's law). A worker takes its
+Slots. With ``queues[].slots`` a delivery occupies k slots of ``concurrency`` (journal v4's
+``slots``; null, and every older record: 1), and the sizing is in slots: a k-slot delivery
+counts as k one-slot deliveries of its service time at once (the parallel tasks it
+displaces), so the arrival rate is in slots per second, ``S`` their slot-weighted mean and
+``a`` busy slots; the workers needed are slots of ``concurrency``. The deliveries per hour
+and the mean time per delivery stay per delivery. (A k-slot message waits for k free slots
+at once, longer than k one-slot ones would: again, a lower bound.)
+
+Observed concurrency is the maximum number of slots in flight at once (intervals
+``[forwarded, settled)``, each of its delivery's slots, ends before starts at the same
+millisecond), per priority and overall, and the mean in flight (total busy slot time / span,
+Little's law). A worker takes its
 next message once the app has answered, while the settle still runs, so where settles take
 longer than a receive (SQS groups deletes for a few milliseconds) the peak can pass the
 configured concurrency by the settles under way; the app itself never had more.
@@ -41,8 +50,11 @@ class CapacityRow:
     priority: int
     deliveries: int
     arrival_rate_per_s: float
+    """Deliveries per second."""
     mean_service_s: float
+    """Mean time per delivery."""
     offered_load: float
+    """Busy slots: slots per second x their mean time (deliveries x time without slots)."""
     cumulative_load: float
     workers_needed: int | None
     observed_max_in_flight: int
@@ -54,6 +66,13 @@ def _service_ms() -> Column:
 
     start = F.coalesce(F.col("forwarded_ms"), F.col("received_ms"))
     return F.greatest(F.col("settled_ms") - start, F.lit(0))
+
+
+def _slots() -> Column:
+    """A delivery's slots of concurrency: journal v4's ``slots``, null (and older) 1."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col("slots"), F.lit(1))
 
 
 SWEEP_BUCKET_MS = 60_000
@@ -163,30 +182,34 @@ def fold_sweeps(buckets: DataFrame, *within: str) -> DataFrame:
 
 
 def _sweep_events(derived: DataFrame, start: Column) -> DataFrame:
-    """(priority, t, d): +1 at each attempt's start and -1 at its end."""
+    """(priority, t, d): +slots at each attempt's start and -slots at its end."""
     from pyspark.sql import functions as F
 
     edges = F.array(
-        F.struct(start.alias("t"), F.lit(1).alias("d")),
-        F.struct(F.col("settled_ms").alias("t"), F.lit(-1).alias("d")),
+        F.struct(start.alias("t"), _slots().alias("d")),
+        F.struct(F.col("settled_ms").alias("t"), (-_slots()).alias("d")),
     )
     return derived.select("priority", F.inline(edges))
 
 
 def observed_peak(peaks: dict[int | None, int]) -> int:
-    """Max attempts in flight at once over all priorities and queues."""
+    """Max slots in flight at once over all priorities and queues (attempts, without
+    ``slots``)."""
     return peaks.get(None, 0)
 
 
 def fine_columns() -> list[Column]:
     """What ``capacity`` needs from the records as aggregates that add up across groups:
-    the attempts' busy time and the first deliveries' enqueue bounds, for
-    ``tables.fine_groups`` to carry (so capacity reads no record again)."""
+    the attempts' busy time, their slots and busy slot time, and the first deliveries'
+    enqueue bounds, for ``tables.fine_groups`` to carry (so capacity reads no record
+    again)."""
     from pyspark.sql import functions as F
 
     first_enq = F.when(F.col("attempt") == 1, F.col("enqueued_ms"))
     return [
         F.sum(_service_ms()).alias("busy_ms"),
+        F.sum(_slots()).alias("slot_n"),
+        F.sum(_service_ms() * _slots()).alias("slot_busy_ms"),
         F.min(first_enq).alias("first_enqueued_lo"),
         F.max(first_enq).alias("first_enqueued_hi"),
     ]
@@ -212,6 +235,8 @@ def capacity(
         F.count("*").alias("n"),
         F.avg(service).alias("mean_ms"),
         F.sum(service).alias("busy_ms"),
+        F.sum(_slots()).alias("slot_n"),
+        F.sum(service * _slots()).alias("slot_busy_ms"),
         F.min(first_enq).alias("lo"),
         F.max(first_enq).alias("hi"),
     )
@@ -228,6 +253,8 @@ def capacity_from_fine(
         F.sum("n").alias("n"),
         (F.sum("busy_ms").cast("double") / F.sum("n").cast("double")).alias("mean_ms"),
         F.sum("busy_ms").alias("busy_ms"),
+        F.sum("slot_n").alias("slot_n"),
+        F.sum("slot_busy_ms").alias("slot_busy_ms"),
         F.min("first_enqueued_lo").alias("lo"),
         F.max("first_enqueued_hi").alias("hi"),
     )
@@ -245,23 +272,26 @@ def _sized(
     rows: list[CapacityRow] = []
     cum_rate = cum_busy = 0.0
     for r in collected:
-        rate = r["n"] / span_s if span_s > 0 else 0.0
-        mean_s = float(r["mean_ms"]) / 1000.0
-        cum_rate += rate
-        cum_busy += rate * mean_s
+        # in slots; without ``slots`` one per delivery: the per-delivery mean, to the float
+        slot_rate = r["slot_n"] / span_s if span_s > 0 else 0.0
+        slot_mean_s = (float(r["mean_ms"]) if r["slot_n"] == r["n"]
+                       else float(r["slot_busy_ms"]) / float(r["slot_n"])) / 1000.0
+        cum_rate += slot_rate
+        cum_busy += slot_rate * slot_mean_s
         mix_s = cum_busy / cum_rate if cum_rate > 0 else 0.0
         needed = workers_needed(cum_rate, mix_s, target_wait_s) if span_s > 0 else None
         rows.append(
             CapacityRow(
                 priority=int(r["priority"]),
                 deliveries=int(r["n"]),
-                arrival_rate_per_s=rate,
-                mean_service_s=mean_s,
-                offered_load=rate * mean_s,
+                arrival_rate_per_s=r["n"] / span_s if span_s > 0 else 0.0,
+                mean_service_s=float(r["mean_ms"]) / 1000.0,
+                offered_load=slot_rate * slot_mean_s,
                 cumulative_load=cum_busy,
                 workers_needed=needed,
                 observed_max_in_flight=peaks.get(int(r["priority"]), 0),
-                observed_mean_in_flight=(r["busy_ms"] / 1000.0 / span_s) if span_s > 0 else 0.0,
+                observed_mean_in_flight=((r["slot_busy_ms"] / 1000.0 / span_s) if span_s > 0
+                                         else 0.0),
             )
         )
     return rows

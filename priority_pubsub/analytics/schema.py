@@ -49,7 +49,7 @@ def require_fields(*names: str) -> None:
 
 REPORT_FIELDS = (
     "message_id", "queue", "priority", "attempt", "enqueued_ms", "received_ms",
-    "forwarded_ms", "settled_ms", "outcome", "reason", "bytes",
+    "forwarded_ms", "settled_ms", "outcome", "reason", "bytes", "slots",
 )  # fmt: skip
 """The fields the report's tables read: the only ones kept in the cached frame."""
 # the fields the report's expressions name (the rest are parsed for validation only)

@@ -45,10 +45,11 @@ from priority_pubsub.analytics.schema import SCHEMA_VERSION
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 """Version of the state's layout; a state of another format is rebuilt only with ``--full``.
 2: the histograms kept by hour (``Manifest.summary_hours``) beside their totals, and the
-starvation and in-flight sweeps folded by hour."""
+starvation and in-flight sweeps folded by hour. 3: the records keep ``slots``, the in-flight
+sweeps count slots and the capacity sums carry the slots and their busy time."""
 MANIFESTS_KEPT = 3
 
 

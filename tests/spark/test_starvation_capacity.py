@@ -119,6 +119,38 @@ def test_capacity_from_a_constructed_journal(spark: SparkSession, tmp_path: Path
     assert p0.observed_mean_in_flight == pytest.approx(360 * 20 / span_s)
 
 
+def test_capacity_counts_slots(spark: SparkSession, tmp_path: Path) -> None:
+    """Issue 44: the journal's ``slots`` (v4). p1's deliveries take 2 slots each: they
+    count as 2 deliveries of their time at once in the load, the workers needed and the
+    slots in flight; the deliveries per hour and the time per delivery stay per delivery."""
+    records = journals.capacity_journal()
+    for record in records:
+        if record.priority == 1:
+            record.slots = 2
+    derived = frame(spark, tmp_path, records)
+    peaks = cap.max_in_flight(derived)
+    rows = {r.priority: r for r in cap.capacity(derived, 5.0, peaks)}
+    assert cap.capacity(derived, 5.0, peaks, fine_groups(derived)) == [rows[0], rows[1]]
+    span_s = (359 * 10_000) / 1000
+    rate0, rate1 = 360 / span_s, 36 / span_s
+    p0, p1 = rows[0], rows[1]
+    assert (p1.deliveries, p1.mean_service_s) == (36, pytest.approx(100.0))
+    assert p1.arrival_rate_per_s == pytest.approx(rate1)
+    assert p1.offered_load == pytest.approx(2 * rate1 * 100)
+    assert p1.cumulative_load == pytest.approx(p0.offered_load + 2 * rate1 * 100)
+    assert p0.offered_load == pytest.approx(rate0 * 20)  # p0 as without slots
+    slot_rate = rate0 + 2 * rate1
+    mix_s = (rate0 * 20 + 2 * rate1 * 100) / slot_rate
+    c = p1.workers_needed
+    assert c is not None
+    assert exact_tail(c, slot_rate * mix_s, mix_s, 5.0) <= 0.05 < exact_tail(
+        c - 1, slot_rate * mix_s, mix_s, 5.0)
+    # a p1 task holds 2 slots, one at a time; with p0's two, four at once overall
+    assert (p0.observed_max_in_flight, p1.observed_max_in_flight) == (2, 2)
+    assert cap.observed_peak(peaks) == 4
+    assert p1.observed_mean_in_flight == pytest.approx(2 * 36 * 100 / span_s)
+
+
 def test_max_in_flight_matches_a_plain_sweep(spark: SparkSession, tmp_path: Path) -> None:
     """The two-level (per-minute) sweep of every scope at once gives each scope the peak a
     single sweep over its own events gives, with intervals crossing minute boundaries, ends
