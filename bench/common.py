@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -180,19 +181,22 @@ class CliSidecar:
     """``priority-pubsub run`` as a subprocess (what users deploy), logs to a file."""
 
     def __init__(self, directory: Path, config: dict[str, Any], name: str = "sidecar",
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+        """``cwd``: run there (with ``PYTHONPATH`` set to it in ``env``, another checkout's
+        code, e.g. a ``git_worktree`` of main's)."""
         import yaml
 
         self.port = free_port()
-        config = {**config, "server": {**config["server"], "port": self.port}}
+        self.config = {**config, "server": {**config["server"], "port": self.port}}
+        """The config it runs with (its ops port set): what a reload rewrites."""
         self.config_path = directory / f"{name}.yaml"
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         self._log = (directory / f"{name}.log").open("wb")
         self.started = time.perf_counter()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "priority_pubsub", "run", "-c", str(self.config_path)],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {})}, cwd=cwd,
         )
 
     @property
@@ -351,6 +355,26 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def git_worktree(commit: str, tree: Path, stack: contextlib.ExitStack) -> Path | None:
+    """A git worktree of ``commit`` at ``tree`` (this checkout's repository), removed when
+    ``stack`` closes; None (said in the log) when none can be made (no git, or a clone
+    without that commit). Run its code with ``cwd`` and ``PYTHONPATH`` set to it."""
+    root = Path(__file__).resolve().parents[1]
+    remove = ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)]
+    if tree.exists():
+        subprocess.run(remove, capture_output=True, check=False)
+        shutil.rmtree(tree, ignore_errors=True)
+    made = subprocess.run(
+        ["git", "-C", str(root), "worktree", "add", "--detach", str(tree), commit],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if made.returncode != 0:
+        log(f"no worktree of {commit}: {made.stderr.strip()[:200]}")
+        return None
+    stack.callback(subprocess.run, remove, capture_output=True, check=False)
+    return tree
 
 
 @contextlib.contextmanager

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.common import emit, log
+from bench.common import emit, git_worktree, log
 from priority_pubsub.analytics.jvm import ARCHIVE_ENV
 
 if TYPE_CHECKING:
@@ -122,20 +122,7 @@ def timed_report(
 def one_pass_tree(commit: str, work: Path, stack: contextlib.ExitStack) -> Path | None:
     """A git worktree of ``commit`` under ``work``, removed on exit; None (said in the log)
     when this checkout cannot make one (no git, or a clone without that commit)."""
-    tree = work / "one-pass"
-    remove = ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)]
-    if tree.exists():
-        subprocess.run(remove, capture_output=True, check=False)
-        shutil.rmtree(tree, ignore_errors=True)
-    made = subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if made.returncode != 0:
-        log(f"no one-pass report to compare with ({commit}): {made.stderr.strip()[:200]}")
-        return None
-    stack.callback(subprocess.run, remove, capture_output=True, check=False)
-    return tree
+    return git_worktree(commit, work / "one-pass", stack)
 
 
 def one_pass_process(

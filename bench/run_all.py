@@ -87,6 +87,10 @@ def plan(big: bool, cloud: bool, quick: bool = False) -> list[tuple[str, list[st
         ("long_tasks", ["--rounds", "1" if quick else ROUNDS,
                         *(["--high", "2", "--steady-s", "10", "--throughput-messages", "6",
                            "--low-task-s", "2"] if quick else [])]),
+        # ~17 minutes: tasks of 20-60 s, three operations, today's code (a worktree) and HEAD
+        ("operations", ["--rounds", "1" if quick else ROUNDS,
+                        *(["--task-s", "3,6", "--op-after-s", "1,2", "--grace-s", "2"]
+                          if quick else [])]),
         # ~20-25 minutes on a 2-core machine: the leak figure wants a long run
         ("soak", ["--messages", size(1_000_000, 1_000_000, 5000)]),
     ]
@@ -271,9 +275,52 @@ def report_incremental_section(result: dict[str, Any]) -> list[str]:
                        "costliest incremental step", "DuckDB s (new)", "load"], rows)]
 
 
+OPERATION_NAMES = {"reload": "reload of `reserve`", "sigterm": "SIGTERM during long tasks",
+                   "scale_in": "scale-in of one of two busy replicas"}
+SIDE_NAMES = {("reload", "baseline"): "today: a restart (SIGTERM, `return`, a new process)",
+              ("reload", "new"): "new: live reload (the file watched)",
+              ("sigterm", "baseline"): "today: `return`",
+              ("sigterm", "new"): "new: `finish` + preStop `/drain?wait=true`",
+              ("scale_in", "baseline"): "today: a random victim, `return`",
+              ("scale_in", "new"): "new: the lowest deletion cost, `finish`"}
+
+
+def _rounds(summary: dict[str, Any], key: str) -> str:
+    """``median (a / b / c)``, or - where the side has no such figure."""
+    if key not in summary:
+        return "-"
+    return f"{summary[key]:g} ({' / '.join(f'{v:g}' for v in summary[key + '_rounds'])})"
+
+
+def operations_section(result: dict[str, Any]) -> list[str]:
+    """Per operation and side: the medians and each round's figures."""
+    rows = [[OPERATION_NAMES.get(op, op), SIDE_NAMES.get((op, side), side),
+             _rounds(s, "duplicates"), _rounds(s, "work_s_lost"), _rounds(s, "stop_s"),
+             _rounds(s, "applied_s"), _rounds(s, "hook_s"), s.get("killed")]
+            for op, sides in result.get("operations", {}).items() for side, s in sides.items()]
+    low, high = result["task_s"]
+    first, last = result["op_after_s"]
+    grace = result.get("termination_grace_s", {})
+    return [f"tasks of {low:g}-{high:g} s (seeded) standing in for hour-long ones, "
+            f"{result['low_tasks_per_replica']} per replica, the operation {first:g}-{last:g} "
+            "s into them; today = "
+            f"`{result.get('baseline')}` (a git worktree): `shutdown.grace_s` "
+            f"{result['grace_s']:g}, the kubelet's grace {grace.get('baseline', '-')} s; new: "
+            f"`queues[].timeout_s` {result['timeout_s']:g}, grace {grace.get('new', '-')} s. "
+            f"Medians of {result['rounds']} rounds (each round's figure in brackets; both "
+            "sides of a round on one seed). Work-seconds lost: time spent on deliveries cut "
+            "short or delivered again; pod gone: SIGTERM to exit; applied: the file written "
+            "to the new config in force (today: the restarted process ready); preStop hook: "
+            "`GET /drain?wait=true` answered.", "",
+            format_md(["operation", "side", "duplicated deliveries", "work-s lost",
+                       "pod gone after s", "applied after s", "preStop hook s",
+                       "SIGKILLed"], rows)]
+
+
 SECTIONS = {"throughput": throughput_section, "calls": calls_section,
             "footprint": footprint_section, "soak": soak_section,
-            "report_incremental": report_incremental_section}
+            "report_incremental": report_incremental_section,
+            "operations": operations_section}
 
 
 def format_md(headers: list[str], rows: list[list[Any]]) -> str:
@@ -508,12 +555,36 @@ def upload_targets(result: dict[str, Any]) -> Rows:
     ]
 
 
+def operations_targets(result: dict[str, Any]) -> Rows:
+    """Issue 40: a reload, and a scale-in with ``finish``, throw nothing away; a reload is
+    applied within 5 s of the file change."""
+    rows: Rows = []
+    operations = result.get("operations", {})
+    for op, what in (("reload", "live reload of `reserve`"),
+                     ("scale_in", "scale-in of one of two busy replicas, `finish`")):
+        new, today = operations.get(op, {}).get("new"), operations.get(op, {}).get("baseline")
+        if new is None:
+            continue
+        for key, unit in (("duplicates", "duplicated deliveries"),
+                          ("work_s_lost", "work-seconds lost")):
+            before = f"; today {today[key]:g}" if today else ""
+            rows.append([f"{what}: 0 {unit} (median of {new['rounds']}; rounds "
+                         f"{' / '.join(f'{v:g}' for v in new[key + '_rounds'])}{before})",
+                         new[key], _ok(0, new[key])])
+    reload = operations.get("reload", {}).get("new")
+    if reload is not None and "applied_s" in reload:
+        rows.append([f"live reload applied within 5 s of the file change (median of "
+                     f"{reload['rounds']}; max {max(reload['applied_s_rounds']):g})",
+                     reload["applied_s"], _ok(5.0, reload["applied_s"])])
+    return rows
+
+
 TARGETS = {"throughput": throughput_targets, "monitor": monitor_targets, "upload": upload_targets,
            "latency": latency_targets,
            "priority": priority_targets, "calls": calls_targets, "idle": idle_targets,
            "bench_report": report_targets, "long_tasks": long_tasks_targets,
            "report_incremental": report_incremental_targets,
-           "footprint": footprint_targets}
+           "footprint": footprint_targets, "operations": operations_targets}
 
 
 def targets(results: list[tuple[str, str, dict[str, Any]]]) -> Rows:
@@ -599,6 +670,8 @@ def render(results: list[tuple[str, str, dict[str, Any]]], started: str, flags: 
             if name == "calls":  # every run's counts stay in results.json
                 body["drivers"] = {d: {k: v for k, v in r.items() if k != "runs"}
                                    for d, r in body.get("drivers", {}).items()}
+            if name == "operations":  # the table shows each round; every run in results.json
+                body.pop("runs", None)
             out += ["```json", json.dumps(body, indent=1), "```"]
         out.append("")
     out += versus_sections(HERE / "versus")
