@@ -48,7 +48,9 @@ Receiving and cancellation. One SDK receive runs per queue at a time, in a task 
 awaits but never cancels (cancelling the SDK mid-frame is unsafe): a cancelled or timed-out
 caller leaves it running, and what it brings back waits in a per-queue stash that the next
 ``receive`` of that queue returns first (messages whose lock lapsed there come back from
-Service Bus with their delivery count raised; nothing is lost). ``wait_s == 0`` uses a short
+Service Bus with their delivery count raised; nothing is lost). That is the kit's parked
+receive (``drivers.parking``) with one call per queue and a stash kept while the lock lasts;
+``close`` abandons what the stash still holds. ``wait_s == 0`` uses a short
 receive (``zero_wait_s``, 0.1 s by default): the SDK has no non-blocking receive, and a message
 that arrives after the call returned is released back by the SDK, not counted.
 
@@ -86,6 +88,7 @@ from priority_pubsub.drivers.base import (
     map_errors,
     own_options,
 )
+from priority_pubsub.drivers.parking import Call, ParkedReceive
 from priority_pubsub.telemetry.logs import get_logger
 
 __all__ = ["ATTEMPTS_PROPERTY", "ENQUEUED_PROPERTY", "ServiceBusDriver", "ServiceBusOptions"]
@@ -196,6 +199,12 @@ def system_properties(sdk_message: Any) -> dict[str, str]:
     return found
 
 
+def _still_locked(sdk_message: Any) -> bool:
+    """Whether a stashed message may still be handed to a receive: its lock lasts a moment
+    longer (a lapsed one comes back from Service Bus by itself, counted)."""
+    return (_ms(sdk_message.locked_until_utc) or 0) > now_ms() + 50
+
+
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -257,8 +266,13 @@ class ServiceBusDriver:
         self._senders: dict[str, Any] = {}
         self._gates: dict[Any, asyncio.Lock] = {}
         """One lock per SDK handler (keyed by the handler): see "Concurrency" above."""
-        self._inflight: dict[str, asyncio.Task[list[Any]]] = {}
-        self._stash: dict[str, list[Any]] = {}
+        self._parking: ParkedReceive[Any] = ParkedReceive(
+            self._sdk_receive, self._abandon_later, self._patience, keep=_still_locked,
+            beside=False,
+        )
+        """The SDK receives, one per queue, and the stash (see "Receiving and cancellation")."""
+        self._background: set[asyncio.Task[None]] = set()
+        """Abandons of stashed messages nobody took (``close`` waits for them)."""
         self._held: set[SbLock] = set()
         self._renewer: asyncio.Task[None] | None = None
         self._scans: set[_Scan] = set()
@@ -302,15 +316,9 @@ class ServiceBusDriver:
                 with contextlib.suppress(Exception):
                     await self._call(lock.receiver, "abandon_message", lock.message)
         self._held.clear()
-        for task in list(self._inflight.values()):
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(task, self.options.max_wait_s + 5)
-        for queue, stash in list(self._stash.items()):
-            receiver = self._receivers[queue]
-            for sdk_message in stash:
-                with contextlib.suppress(Exception):
-                    await self._call(receiver, "abandon_message", sdk_message)
-        self._stash.clear()
+        await self._parking.close(self.options.max_wait_s + 5)
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=self.options.max_wait_s + 5)
         await self._release_clients()
 
     async def _release_clients(self) -> None:
@@ -398,50 +406,47 @@ class ServiceBusDriver:
     async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
         if max_messages <= 0:
             return []
-        got = self._take_stash(queue, max_messages)
-        if got:
-            return [self._convert(queue, m) for m in got]
-        task = self._inflight.get(queue)
-        if task is None:
-            sdk_wait = (
-                self.options.zero_wait_s if wait_s <= 0 else min(wait_s, self.options.max_wait_s)
-            )
-            task = asyncio.create_task(self._sdk_receive(queue, max_messages, sdk_wait))
-            self._inflight[queue] = task
-            task.add_done_callback(lambda done: self._landed(queue, done))
-        timeout = (self.options.zero_wait_s if wait_s <= 0 else wait_s) + 2.0
-        await asyncio.wait({task}, timeout=timeout)  # never cancels the SDK call
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            assert isinstance(exc, Exception)
-            raise map_error(exc, f"receive from {queue}") from exc
-        return [self._convert(queue, m) for m in self._take_stash(queue, max_messages)]
+        got = await self._parking.receive(queue, max_messages, wait_s)
+        return [self._convert(queue, m) for m in got]
 
     async def _sdk_receive(self, queue: str, max_messages: int, wait_s: float) -> list[Any]:
-        receiver = self._receiver(queue)
-        async with self._gate(receiver):  # (re)open alone; the long poll itself runs unlocked
-            await receiver.__aenter__()
-        result: list[Any] = await receiver.receive_messages(
-            max_message_count=max_messages, max_wait_time=wait_s
-        )
+        """One SDK receive (the parked receive's broker call): at most ``max_wait_s``, or
+        ``zero_wait_s`` for a receive that must answer at once."""
+        sdk_wait = self.options.zero_wait_s if wait_s <= 0 else min(wait_s, self.options.max_wait_s)
+        try:
+            with _sdk_errors(f"receive from {queue}"):
+                receiver = self._receiver(queue)
+                async with self._gate(receiver):  # (re)open alone; the long poll runs unlocked
+                    await receiver.__aenter__()
+                result: list[Any] = await receiver.receive_messages(
+                    max_message_count=max_messages, max_wait_time=sdk_wait
+                )
+        except DriverError as exc:
+            log.warning("servicebus_receive_failed", queue=queue, error=str(exc.__cause__ or exc))
+            raise
         return result
 
-    def _landed(self, queue: str, task: asyncio.Task[list[Any]]) -> None:
-        if self._inflight.get(queue) is task:
-            del self._inflight[queue]
-        if task.cancelled():
-            return
-        if task.exception() is None:
-            self._stash.setdefault(queue, []).extend(task.result())
-        else:
-            log.warning("servicebus_receive_failed", queue=queue, error=str(task.exception()))
+    def _patience(self, call: Call[Any], wait_s: float, own: bool) -> float:
+        """The SDK's receive ends by its own wait; 2 s more and the receive gives up on it
+        (left running: what it brings is stashed)."""
+        return (self.options.zero_wait_s if wait_s <= 0 else wait_s) + 2.0
 
-    def _take_stash(self, queue: str, max_messages: int) -> list[Any]:
-        stash = self._stash.get(queue, [])
-        now = now_ms()
-        fresh = [m for m in stash if (_ms(m.locked_until_utc) or 0) > now + 50]
-        taken, self._stash[queue] = fresh[:max_messages], fresh[max_messages:]
-        return taken
+    def _abandon_later(self, queue: str, sdk_messages: list[Any]) -> None:
+        """Hand back received messages no receive took (the parked receive's ``release``: the
+        stash at close, a stashed one whose lock is about to lapse), in the background. A
+        lock already lapsed needs nothing: Service Bus has taken the message back."""
+        receiver = self._receivers.get(queue)
+        live = [m for m in sdk_messages if (_ms(m.locked_until_utc) or 0) > now_ms()]
+        if receiver is None or not live:
+            return
+        task = asyncio.ensure_future(self._abandon_all(receiver, live))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _abandon_all(self, receiver: Any, sdk_messages: list[Any]) -> None:
+        for sdk_message in sdk_messages:
+            with contextlib.suppress(Exception):
+                await self._call(receiver, "abandon_message", sdk_message)
 
     def _convert(self, queue: str, sdk_message: Any, scan: _Scan | None = None) -> Message:
         props = {_text(k): _text(v) for k, v in (sdk_message.application_properties or {}).items()}

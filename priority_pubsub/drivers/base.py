@@ -16,7 +16,11 @@ The kit every driver uses, so each one only says what is particular to its broke
 * ``own_options``: the one way a driver gets its options model from the core;
 * ``map_errors``: the one ``try/except/raise from`` around SDK calls, given the driver's own
   ``map_error(exc, action, settling=...)`` (each driver has exactly one, under that name);
-* ``priority_pubsub.core.backoff`` for any retry loop.
+* ``priority_pubsub.core.backoff`` for any retry loop;
+* ``drivers.parking.ParkedReceive`` for a broker call a cancelled ``receive`` must not cut
+  short (a long poll in a thread, a pull the broker may be answering, an SDK unsafe to
+  cancel): it parks the call for the next receive and gives back what nobody took, so the
+  driver only says how to start a call and how to release.
 """
 
 from __future__ import annotations

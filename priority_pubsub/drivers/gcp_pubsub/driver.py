@@ -16,7 +16,8 @@ Design choices, and why:
   0) at once, and a surplus beyond ``max_messages`` likewise. A receive that must answer at
   once (``wait_s == 0``) takes a parked pull's answer if it is there, else pulls at once
   beside it. ``close`` waits for parked pulls to end (at most their wait) and nacks what
-  they bring, so a shutdown loses nothing either.
+  they bring, so a shutdown loses nothing either. The kit's parked receive
+  (``drivers.parking``) does all this; the driver says how to pull and how to nack.
 * **Waiting.** ``wait_s == 0`` pulls with ``return_immediately`` (deprecated by Google
   because it may answer empty while messages exist, which is exactly "answer at once").
   Otherwise one pull whose gRPC deadline is ``wait_s`` + 1 s: Pub/Sub (and the emulator)
@@ -95,6 +96,7 @@ from priority_pubsub.drivers.gcp_pubsub.names import (
     on_emulator,
     resource_path,
 )
+from priority_pubsub.drivers.parking import Call, ParkedReceive
 from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
@@ -170,6 +172,11 @@ class _Subscription:
     retry_policy: bool = False
 
 
+def _patience(call: Call[Message], wait_s: float, own: bool) -> float | None:
+    """A waiting receive waits for its pull a little past its own deadline (a new pull ends
+    by then; an adopted one may outlast it and stays parked); one that must answer at once
+    waits for its pull's answer (``call_timeout_s`` bounds it)."""
+    return wait_s + PULL_DEADLINE_MARGIN_S + 0.5 if wait_s > 0 else None
 
 
 class PubSubDriver:
@@ -195,10 +202,9 @@ class PubSubDriver:
         self._topics: dict[str, str] = {}
         self._dead_letter_topic: str | None = None
         self._background: set[asyncio.Task[None]] = set()
-        self._parked: dict[str, asyncio.Future[list[Message]]] = {}
-        """Per queue, the waiting pull a cancelled receive left running (see the docstring)."""
-        self._unowned: set[asyncio.Future[list[Message]]] = set()
-        """Pulls left running beside a parked one: what they bring is nacked; close awaits."""
+        self._parking: ParkedReceive[Message] = ParkedReceive(
+            self._pull_once, self._nack_later, _patience)
+        """The pulls a cancelled receive left running (see "A pull in flight" above)."""
         self.calls: Counter[str] = Counter()
         """Settle RPCs made, by method (acknowledge, modify_ack_deadline)."""
         # settles grouped per subscription (and deadline): see "Batched settles" above
@@ -236,8 +242,7 @@ class PubSubDriver:
                         subscriptions=retrying)
 
     async def close(self) -> None:
-        if pulls := {*self._parked.values(), *self._unowned}:
-            await asyncio.wait(pulls)  # each ends by its own deadline; what it brings is nacked
+        await self._parking.close(None)  # each ends by its own deadline; what it brings is nacked
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.options.call_timeout_s)
         await self._acks.drain(self.options.call_timeout_s)
@@ -276,70 +281,23 @@ class PubSubDriver:
         remaining = max(0.0, wait_s)
         deadline = time.monotonic() + remaining
         while True:
-            messages = await self._await_pull(sub, self._pull_for(sub, count, remaining),
-                                              remaining)
+            keep = await self._parking.receive(queue, count, remaining)
             remaining = deadline - time.monotonic()
             # Pub/Sub may answer a long pull empty before our deadline: ask again till then.
-            if messages or remaining < 0.2:
+            if keep or remaining < 0.2:
                 break
-        keep, surplus = messages[:count], messages[count:]
-        if surplus:  # an adopted pull asked for more than this receive has room for
-            self._nack_later(sub, surplus)
         if keep and self.lease_s != sub.ack_deadline_s:
             relisting = asyncio.ensure_future(self._relist(sub, keep))
             try:
                 await asyncio.shield(relisting)
             except asyncio.CancelledError:
-                relisting.add_done_callback(lambda _: self._nack_later(sub, keep))
+                relisting.add_done_callback(lambda _: self._nack_later(queue, keep))
                 raise
         return keep
 
-    def _pull_for(self, sub: _Subscription, count: int,
-                  wait_s: float) -> asyncio.Future[list[Message]]:
-        """The pull this receive awaits: the parked one if it may wait for it (or it has
-        answered already), else a new one (beside a parked one still waiting)."""
-        parked = self._parked.get(sub.name)
-        if parked is not None and (wait_s > 0 or parked.done()):
-            del self._parked[sub.name]  # adopted: its answer is this receive's now
-            return parked
-        return asyncio.ensure_future(self._pull_once(sub, count, wait_s))
-
-    async def _await_pull(self, sub: _Subscription, pull: asyncio.Future[list[Message]],
-                          wait_s: float) -> list[Message]:
-        """``pull``'s answer. Never cancels it: a cancelled receive parks it, and so does one
-        whose wait ends first (an adopted pull may outlast it)."""
-        try:
-            # a new pull's own deadline ends it first; an adopted one may outlast this wait
-            await asyncio.wait({pull}, timeout=wait_s + PULL_DEADLINE_MARGIN_S + 0.5
-                               if wait_s > 0 else None)
-        except asyncio.CancelledError:
-            self._park(sub, pull)
-            raise
-        if not pull.done():
-            self._park(sub, pull)
-            return []
-        return pull.result()
-
-    def _park(self, sub: _Subscription, pull: asyncio.Future[list[Message]]) -> None:
-        """Leave a pull no receive awaits running for the next receive on ``sub``; if
-        another is parked already (a receive with ``wait_s == 0`` pulled beside it), or it
-        ends before a receive adopts it, its messages are nacked at once."""
-        if pull.done() or sub.name in self._parked:
-            pull.add_done_callback(lambda done: self._return_orphans(sub, done))
-            self._unowned.add(pull)
-            pull.add_done_callback(self._unowned.discard)
-            return
-        self._parked[sub.name] = pull
-
-        def unclaimed(done: asyncio.Future[list[Message]]) -> None:
-            if self._parked.get(sub.name) is done:
-                del self._parked[sub.name]
-                self._return_orphans(sub, done)
-
-        pull.add_done_callback(unclaimed)
-
-    async def _pull_once(self, sub: _Subscription, count: int,
-                         wait_s: float) -> list[Message]:
+    async def _pull_once(self, queue: str, count: int, wait_s: float) -> list[Message]:
+        """One pull (the parked receive's broker call): never cancelled once sent."""
+        sub = self._subscription(queue)
         request = PullRequest(subscription=sub.path, max_messages=count,
                               return_immediately=wait_s <= 0)
         timeout = wait_s + PULL_DEADLINE_MARGIN_S if wait_s > 0 else self.options.call_timeout_s
@@ -392,15 +350,11 @@ class PubSubDriver:
             received_ms=received_ms,
         )
 
-    def _return_orphans(self, sub: _Subscription, done: asyncio.Future[list[Message]]) -> None:
-        if not done.cancelled() and done.exception() is None:
-            self._nack_later(sub, done.result())
-
-    def _nack_later(self, sub: _Subscription, messages: list[Message]) -> None:
+    def _nack_later(self, queue: str, messages: list[Message]) -> None:
         """Hand ``messages`` back at once (ack deadline 0), in the background: no receive
-        took them; ``close`` waits for it."""
+        took them (the parked receive's ``release``); ``close`` waits for it."""
         if ids := [m.lease.token for m in messages]:
-            task = asyncio.ensure_future(self._nack_quietly(sub, ids))
+            task = asyncio.ensure_future(self._nack_quietly(self._subscription(queue), ids))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 

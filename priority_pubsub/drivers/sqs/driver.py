@@ -34,14 +34,16 @@ Priorities and long polls. The dispatcher sweeps queues in priority order with
 ``wait_s=0`` and, when all are empty, long-polls all of them concurrently, takes the first
 answer and cancels the rest. A boto3 call cannot be interrupted, so a cancelled long poll
 keeps running in its thread: the driver *parks* it, and the next ``receive`` on that queue
-with ``wait_s > 0`` adopts it instead of issuing a new ReceiveMessage. Whatever a parked or
-abandoned poll returns while no ``receive`` is waiting for it is released at once
-(ChangeMessageVisibilityBatch, visibility 0), as is any surplus beyond ``max_messages``;
-cancelling never loses a message. Cost per idle cycle of ``wait_time_s`` (20 s) with N queues:
-N long polls (3 calls/min/queue) plus the dispatcher's N zero-wait sweeps; a message that
-wakes one poll costs at most N-1 extra receives for the sweeps (the parked polls are
-re-used, not re-issued) plus one ChangeMessageVisibilityBatch per message a parked poll
-catches with nobody waiting. ``calls`` counts every API call made, by action.
+with ``wait_s > 0`` adopts it instead of issuing a new ReceiveMessage (the kit's parked
+receive, ``drivers.parking``; a short poll is never parked: adopted, it would end a long
+wait early). Whatever a parked or abandoned poll returns while no ``receive`` is waiting
+for it is released at once (ChangeMessageVisibilityBatch, visibility 0), as is any surplus
+beyond ``max_messages``; cancelling never loses a message. Cost per idle cycle of
+``wait_time_s`` (20 s) with N queues: N long polls (3 calls/min/queue) plus the dispatcher's
+N zero-wait sweeps; a message that wakes one poll costs at most N-1 extra receives for the
+sweeps (the parked polls are re-used, not re-issued) plus one ChangeMessageVisibilityBatch
+per message a parked poll catches with nobody waiting. ``calls`` counts every API call
+made, by action.
 
 Batched settles. Deletes (ack, and the delete after a dead letter's SendMessage) and
 visibility changes (retry, release, extend) go through a ``MicroBatcher`` per queue URL: a
@@ -86,6 +88,7 @@ from priority_pubsub.drivers.base import (
     own_options,
 )
 from priority_pubsub.drivers.batching import MicroBatcher
+from priority_pubsub.drivers.parking import Call, ParkedReceive
 from priority_pubsub.drivers.sqs.api import (
     MAX_BATCH,
     MAX_VISIBILITY_S,
@@ -184,8 +187,7 @@ class _Poll:
     url: str
     ends_at: float
     visibility_s: int
-    outcome: asyncio.Future[list[MessageTypeDef]]
-    claimed: bool = False
+    outcome: asyncio.Future[list[Message]]
     answered_ms: int = field(default=0)
     wait_s: int = 0
     """WaitTimeSeconds: >= 1 is a long poll, which asks every server (an empty answer is
@@ -228,7 +230,11 @@ class SqsDriver:
         self._executor: ThreadPoolExecutor | None = None
         self._urls: dict[str, str] = {}
         self._polls: set[_Poll] = set()
-        self._parked: dict[str, _Poll] = {}
+        """Polls running in a worker thread (what ``depth`` may answer from)."""
+        self._parking: ParkedReceive[Message] = ParkedReceive(
+            self._start_poll, self._release_unseen, self._patience, park_quick=False,
+            on_adopt=self._count_adopted,
+        )
         self._quiet_since: dict[str, float] = {}
         """Queues whose latest long poll came back empty (loop time): see ``depth``."""
         self._background: set[asyncio.Task[None]] = set()
@@ -260,10 +266,8 @@ class SqsDriver:
         if self._closed:
             return
         self._closed = True
-        self._parked.clear()
-        running = [poll.outcome for poll in self._polls]
-        if running:  # they release what they catch once they answer
-            await asyncio.wait(running, timeout=self.options.close_wait_s)
+        # polls still running release what they catch once they answer
+        await self._parking.close(self.options.close_wait_s)
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.options.close_wait_s)
         await self._deletes.drain(self.options.close_wait_s)
@@ -280,38 +284,42 @@ class SqsDriver:
     # -- consuming -------------------------------------------------------------------------
 
     async def receive(self, queue: str, max_messages: int, wait_s: float) -> list[Message]:
-        url = self._url(queue)
+        self._url(queue)
         if max_messages <= 0:
             return []
-        loop = asyncio.get_running_loop()
-        poll = self._parked.pop(queue, None) if wait_s > 0 else None
-        timeout: float | None = None
-        if poll is not None:  # adopt the long poll a cancelled receive left running
-            self.calls["adopted"] += 1
-            if poll.ends_at > loop.time() + wait_s:
-                timeout = wait_s
-        else:
-            seconds = (
-                whole_seconds(wait_s, upper=self.options.wait_time_s)
-                if wait_s > 0
-                else self.options.empty_poll_wait_s
-            )
-            poll = self._start_poll(queue, url, max_messages, seconds)
-        raw = await self._claim(poll, timeout, parkable=wait_s > 0)
-        taken, surplus = raw[:max_messages], raw[max_messages:]
-        if surplus:
-            self._release_later(poll.url, surplus)
-        return [self._message(queue, poll, item) for item in taken]
+        return await self._parking.receive(queue, max_messages, wait_s)
 
-    def _start_poll(self, queue: str, url: str, max_messages: int, wait_s: int) -> _Poll:
+    def _start_poll(self, queue: str, max_messages: int, wait_s: float
+                    ) -> asyncio.Future[list[Message]]:
+        """One ReceiveMessage in a worker thread (the parked receive's broker call)."""
+        pool = self._pool()
         loop = asyncio.get_running_loop()
+        seconds = self._poll_seconds(wait_s)
         visibility_s = max(1, whole_seconds(self.context.lease_duration_s))
-        poll = _Poll(queue, url, loop.time() + wait_s, visibility_s, loop.create_future(),
-                     wait_s=wait_s)
+        poll = _Poll(queue, self._url(queue), loop.time() + seconds, visibility_s,
+                     loop.create_future(), wait_s=seconds)
         self._polls.add(poll)
         self.calls["ReceiveMessage"] += 1
-        self._pool().submit(self._run_poll, poll, loop, max_messages, wait_s)
-        return poll
+        pool.submit(self._run_poll, poll, loop, max_messages, seconds)
+        return poll.outcome
+
+    def _poll_seconds(self, wait_s: float) -> int:
+        """WaitTimeSeconds of a receive's poll: its wait (whole seconds, at most
+        ``wait_time_s``), or ``empty_poll_wait_s`` when it must answer at once."""
+        if wait_s > 0:
+            return whole_seconds(wait_s, upper=self.options.wait_time_s)
+        return self.options.empty_poll_wait_s
+
+    def _patience(self, call: Call[Message], wait_s: float, own: bool) -> float | None:
+        """A poll of the receive's own ends by itself; an adopted one that would outlive the
+        receive's wait is waited for that long (then left parked for the next receive)."""
+        if own:
+            return None
+        ends_at = call.started_at + self._poll_seconds(call.wait_s)
+        return wait_s if ends_at > asyncio.get_running_loop().time() + wait_s else None
+
+    def _count_adopted(self, queue: str) -> None:
+        self.calls["adopted"] += 1
 
     def _run_poll(
         self, poll: _Poll, loop: asyncio.AbstractEventLoop, max_messages: int, wait_s: int
@@ -332,45 +340,21 @@ class SqsDriver:
     def _poll_answered(
         self, poll: _Poll, raw: list[MessageTypeDef], error: DriverError | None
     ) -> None:
-        """Loop thread: publish the answer; release it when no receive is waiting for it."""
+        """Loop thread: note what the poll says about the queue, then answer its call (the
+        parked receive gives the messages to a receive, or back)."""
         self._polls.discard(poll)
-        if self._parked.get(poll.queue) is poll:
-            del self._parked[poll.queue]
         poll.answered_ms = now_ms()
         self._note_quiet(poll, raw, error)
         if error is not None:
             poll.outcome.set_exception(error)
-        else:
-            poll.outcome.set_result(raw)
-        if not poll.claimed:
-            if error is not None:
-                poll.outcome.exception()  # retrieved: nobody else will
-            elif raw:
-                self._release_later(poll.url, raw)
-
-    async def _claim(
-        self, poll: _Poll, limit_s: float | None, *, parkable: bool
-    ) -> list[MessageTypeDef]:
-        poll.claimed = True
-        try:
-            done, _ = await asyncio.wait({poll.outcome}, timeout=limit_s)
-        except asyncio.CancelledError:
-            self._let_go(poll, parkable=parkable)
-            raise
-        if not done:
-            self._let_go(poll, parkable=True)
-            return []
-        return poll.outcome.result()
-
-    def _let_go(self, poll: _Poll, *, parkable: bool) -> None:
-        """A receive stops waiting for ``poll``: park it for the next one, or orphan it."""
-        poll.claimed = False
-        if poll.outcome.done():  # answered, but our caller is gone: give the messages back
-            if poll.outcome.exception() is None and poll.outcome.result():
-                self._release_later(poll.url, poll.outcome.result())
             return
-        if parkable and not self._closed and poll.queue not in self._parked:
-            self._parked[poll.queue] = poll
+        try:
+            messages = [self._message(poll.queue, poll, item) for item in raw]
+        except Exception as exc:  # never leave the call unanswered: its receive waits on
+            self._release_later(poll.url, [h for item in raw if (h := item.get("ReceiptHandle"))])
+            poll.outcome.set_exception(DriverError(f"ReceiveMessage: unreadable answer: {exc}"))
+            return
+        poll.outcome.set_result(messages)
 
     def _message(self, queue: str, poll: _Poll, item: MessageTypeDef) -> Message:
         system = item.get("Attributes", {})
@@ -597,9 +581,14 @@ class SqsDriver:
             "ChangeMessageVisibilityBatch", self._api.change_visibility_batch, url, changes
         )
 
-    def _release_later(self, url: str, raw: list[MessageTypeDef]) -> None:
-        """Return messages nobody will process, without making the caller wait."""
-        handles = [item["ReceiptHandle"] for item in raw]
+    def _release_unseen(self, queue: str, messages: list[Message]) -> None:
+        """Return messages no receive took (the parked receive's ``release``)."""
+        self._release_later(self._url(queue), [m.lease.token.handle for m in messages])
+
+    def _release_later(self, url: str, handles: list[str]) -> None:
+        """Make messages visible again at once, without making anyone wait."""
+        if not handles:
+            return
         self.calls["released"] += len(handles)
         self.calls["ChangeMessageVisibilityBatch"] += math.ceil(len(handles) / MAX_BATCH)
         task = asyncio.get_running_loop().create_task(self._release(url, handles))
