@@ -24,6 +24,13 @@ stream of light tasks that would take every slot as it frees) has the free slots
 until its k are free (``scheduler.short_of_slots``); the time held is counted in
 ``priority_pubsub_slots_held_seconds_total{queue}``.
 
+A queue with a rate (``queues[].rate``, ``delivery.rate``) may take only the whole tokens of
+its bucket: its allowance is capped there, so a receive never gets more than the rate keeps
+and nothing is handed back for it. A queue out of tokens is not received from (the pick goes
+on to the next queue that may take: no worker idles for it); the take's wait then also ends
+when its next token is due. The time a rate kept a queue out while the rule let it take is
+counted in ``priority_pubsub_rate_limited_seconds_total{queue}``.
+
 The per-queue rules (order, weights, reserves, limits, bounds, the scheduling mode) are
 derived from the live settings (``settings.live``) at the start of a take, when a reload
 changed them: a take decides by one set of rules from start to end. A reload during a take
@@ -42,6 +49,7 @@ from typing import Any, Protocol
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.core.message import Message
 from priority_pubsub.delivery.control import QueueControl
+from priority_pubsub.delivery.rate import HeldTime, TokenBucket, buckets_for
 from priority_pubsub.delivery.scheduler import (
     QueueLimits,
     Scheduling,
@@ -102,6 +110,10 @@ class Dispatcher:
         self._limits: list[QueueLimits] = []
         self._slots: list[int] = []
         """Per queue, the slots of ``concurrency`` one of its messages takes."""
+        self._buckets: dict[str, TokenBucket] = {}
+        """The rate limits' token buckets, by queue name (kept across reloads)."""
+        self._backlogged: set[str] = set()
+        """Rated queues whose last receive got all it asked for: they keep their schedule."""
         self._max_wait_s: list[float | None] = []
         self._scheduling: Scheduling = "strict"
         self._last_tried: list[float] = []
@@ -133,9 +145,8 @@ class Dispatcher:
         self.healthy = True
         self._holding: int | None = None
         """The due queue the free slots are held for in the take under way (``_promote``)."""
-        self._held: tuple[str, float] | None = None
-        """The queue slots were held for at the last take, and since when that hold is not
-        yet counted (``priority_pubsub_slots_held_seconds``)."""
+        self._slots_held = HeldTime(observer.slots_held)
+        self._rate_held = HeldTime(observer.rate_limited)
 
     def _derive(self) -> None:
         """The rules of the settings in force (a take's start, when they changed); a queue
@@ -149,6 +160,7 @@ class Dispatcher:
         self._limits = [QueueLimits(q.reserve, q.max_concurrency, q.slots)
                         for q in live.queues]
         self._slots = [q.slots for q in live.queues]
+        self._buckets = buckets_for(((q.name, q.rate) for q in live.queues), self._buckets, now)
         self._max_wait_s = [q.max_wait_s for q in live.queues]
         self._scheduling = live.settings.scheduling
         self._last_tried = [tried.get(name, now) for name in self._names]
@@ -217,9 +229,29 @@ class Dispatcher:
         """What each queue may take now, in the take under way (``scheduler.allowances``);
         nothing for a queue nobody consumes now (a streamed topic without a stream)."""
         allowed = allowances(self._limits, self._busy, self._free, self._holding)
+        if self._buckets:
+            now = self._clock()
+            for name, bucket in self._buckets.items():  # a rate: its whole tokens at most
+                index = self._index[name]
+                allowed[index] = min(allowed[index], bucket.whole(now))
         for index in self._idle():
             allowed[index] = 0
         return allowed
+
+    def _rate_limited(self, now: float) -> list[str]:
+        """The queues the capacity rule and the operator let take now that their rate keeps
+        out (no whole token)."""
+        room = allowances(self._limits, self._busy, self._free, self._holding)
+        idle = self._idle()
+        return [name for name, bucket in self._buckets.items()
+                if room[index := self._index[name]] > 0 and index not in idle
+                and bucket.whole(now) == 0]
+
+    def _token_due_in_s(self) -> float | None:
+        """When the first queue its rate keeps out may take again; None: none is."""
+        now = self._clock()
+        due = [self._buckets[name].next_in_s(now) for name in self._rate_limited(now)]
+        return min(due) if due else None
 
     def _idle(self) -> frozenset[int]:
         """Queues not to take from now: those the operator or the config closed (paused,
@@ -250,7 +282,8 @@ class Dispatcher:
         allowed = self.allowed()
         idle = self._idle()
         shut_out = any(n == 0 for i, n in enumerate(allowed) if i not in idle)
-        woken = await self._wait(allowed, slot_freed if shut_out else None)
+        woken = await self._wait(allowed, slot_freed if shut_out else None,
+                                 self._token_due_in_s())
         # quiet only when every queue was waited on to the end and stayed empty
         self._quiet = not woken and not shut_out and self._generation == self._live.generation
         if not woken:
@@ -279,27 +312,31 @@ class Dispatcher:
         now = self._clock()
         for index, untried_s in overdue(self._max_wait_s, self._last_tried, now):
             if self.allowed()[index] <= 0:
-                if self._holding is None and index not in self._idle() and short_of_slots(
-                        self._limits, self._busy, self._free, self._slots_now(), index):
+                if self._holding is None and self._may_hold_for(index, now):
                     self._holding = index
                 continue
             for message in await self._receive(index, 1, 0):
                 message.promoted_after_s = round(untried_s, 3)
                 self._observer.promoted(message)
                 promoted.append(message)
-        self._count_hold(now)
+        self._slots_held.update(now, () if self._holding is None
+                                else (self._names[self._holding],))
+        self._rate_held.update(now, self._rate_limited(now))
         return promoted
+
+    def _may_hold_for(self, index: int, now: float) -> bool:
+        """Whether the free slots are to be held for due queue ``index``: taken from, shut
+        out only for want of free slots, and not kept out by its rate (a hold for a queue
+        that may not take would idle the slots for nothing)."""
+        bucket = self._buckets.get(self._names[index])
+        return (index not in self._idle()
+                and (bucket is None or bucket.whole(now) > 0)
+                and short_of_slots(self._limits, self._busy, self._free, self._slots_now(),
+                                   index))
 
     def _slots_now(self) -> int:
         """The slots this take may fill at most: the free ones and those in use."""
         return self._free + sum(n * k for n, k in zip(self._busy, self._slots, strict=True))
-
-    def _count_hold(self, now: float) -> None:
-        """Count the time the last take's hold lasted (until this take), and start this
-        one's: counted at each take, so the counter lags a hold by one take at most."""
-        if self._held is not None:
-            self._observer.slots_held(self._held[0], now - self._held[1])
-        self._held = None if self._holding is None else (self._names[self._holding], now)
 
     async def _sweep(self, skip: frozenset[int]) -> list[Message]:
         """Fill the free workers from the queues not in ``skip``, as the mode picks, each
@@ -322,19 +359,25 @@ class Dispatcher:
                     empty.add(index)
         return got
 
-    async def _wait(self, allowed: list[int], slot_freed: asyncio.Event | None
-                    ) -> list[Message]:
+    async def _wait(self, allowed: list[int], slot_freed: asyncio.Event | None,
+                    wake_in_s: float | None = None) -> list[Message]:
         """``_wait_any`` on the queues allowed to take; while the rule shuts one out, also
-        until a worker frees up (then what the waits already received is kept, not handed
-        back: it was within their allowance, which a freed worker only raises)."""
-        if slot_freed is None:
+        until a worker frees up, and while a rate keeps one out, until its next token is due
+        (``wake_in_s``). Then what the waits already received is kept, not handed back: it was
+        within their allowance, which a freed worker or a token only raises."""
+        if slot_freed is None and wake_in_s is None:
             return await self._wait_any(allowed)
         waiting = asyncio.ensure_future(self._wait_any(allowed))
-        freed = asyncio.ensure_future(slot_freed.wait())
+        ends: list[asyncio.Future[Any]] = []
+        if slot_freed is not None:
+            ends.append(asyncio.ensure_future(slot_freed.wait()))
+        if wake_in_s is not None:
+            ends.append(asyncio.ensure_future(asyncio.sleep(wake_in_s)))
         try:
-            await asyncio.wait({waiting, freed}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({waiting, *ends}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            freed.cancel()
+            for end in ends:
+                end.cancel()
             if not waiting.done():
                 waiting.cancel()
                 await asyncio.gather(waiting, return_exceptions=True)
@@ -431,8 +474,15 @@ class Dispatcher:
 
     async def _receive(self, index: int, count: int, wait_s: float) -> list[Message]:
         name = self._names[index]
+        # a rate's tokens are spent when asked (what it gains meanwhile is kept, not lost to
+        # its burst while the broker answers); what does not come back is given back
+        bucket = self._buckets.get(name)
+        if bucket is not None:
+            bucket.take(count, self._clock(), on_schedule=name in self._backlogged)
+        got = 0
         try:
             batch = await self._driver.receive(name, count, wait_s)
+            got = len(batch)
         except asyncio.CancelledError:  # a wait cut short found the queue empty until now
             self._last_tried[index] = self._clock()
             raise
@@ -440,6 +490,13 @@ class Dispatcher:
             self.healthy = False
             log.warning("receive failed", queue=name, error=str(exc), retriable=exc.retriable)
             raise
+        finally:
+            if bucket is not None:
+                if got < count:
+                    bucket.give_back(count - got, self._clock())
+                    self._backlogged.discard(name)
+                else:
+                    self._backlogged.add(name)
         self.healthy = True
         self._last_tried[index] = self._clock()
         for message in batch:  # its priority now (a reload may have reordered the queues)
@@ -457,6 +514,10 @@ class Dispatcher:
         return []
 
     async def _hand_back(self, messages: list[Message], reason: str) -> None:
+        now = self._clock()
+        for message in messages:  # never delivered: its token is not spent
+            if (bucket := self._buckets.get(message.queue)) is not None:
+                bucket.give_back(1, now)
         await asyncio.gather(*(self._settler.release(m, reason) for m in messages),
                              return_exceptions=True)
 

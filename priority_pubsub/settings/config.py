@@ -46,6 +46,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
+class RateConfig(_Strict):
+    """``queues[].rate``: a token bucket per replica (docs/long-tasks.md#rate-per-queue). The
+    queue is taken from only while the bucket holds a whole token, one per message, and a
+    receive asks for at most the whole tokens it holds: nothing received is handed back for
+    the rate, and the pick goes on to the next queue meanwhile."""
+
+    per_s: float = Field(gt=0, le=1_000_000)
+    """Messages per second this replica takes from the queue at most, on average (a fleet of
+    N replicas: N times it)."""
+    burst: int = Field(default=1, ge=1, le=1_000_000)
+    """The bucket's size: how many messages it may take at once after a quiet spell."""
+
+
 class QueueConfig(_Strict):
     name: str = Field(min_length=1)
     """The broker's name for it: an SQS queue, a Pub/Sub subscription, a Service Bus queue or
@@ -65,6 +78,9 @@ class QueueConfig(_Strict):
     task: 2 takes two of the app's places). It is taken only when that many are free; its
     ``reserve`` keeps ``reserve x slots``; ``max_concurrency`` still counts messages
     (docs/long-tasks.md)."""
+    rate: RateConfig | None = None
+    """At most ``per_s`` messages a second from this queue, ``burst`` at once, per replica
+    (``{per_s: 2, burst: 1}``); None: no rate limit."""
     max_wait_s: float | None = Field(default=None, gt=0, le=31_536_000)
     """Starvation bound: untried this long, the queue gets one try ahead of higher ones."""
     wait_slo_s: float | None = Field(default=None, gt=0, le=86_400)

@@ -109,6 +109,10 @@ class Metrics:
             "queue of heavy messages (queues[].slots, max_wait_s) until its slots were free.",
             ["queue"], registry=r,
         )
+        self.rate_limited = Counter(
+            "priority_pubsub_rate_limited_seconds", "Seconds a queue's rate (queues[].rate) "
+            "kept it out while the capacity rule let it take.", ["queue"], registry=r,
+        )
         # The operator's runtime holds (the monitor's pause and drain, issue 29).
         self.queue_paused = Gauge(
             "priority_pubsub_queue_paused",

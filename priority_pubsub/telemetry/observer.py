@@ -97,6 +97,10 @@ class DeliveryObserver:
         """Free slots were held ``seconds`` for ``queue``, due and short of slots."""
         self.metrics.slots_held.labels(queue).inc(max(0.0, seconds))
 
+    def rate_limited(self, queue: str, seconds: float) -> None:
+        """``queue``'s rate kept it out ``seconds`` while it might have taken."""
+        self.metrics.rate_limited.labels(queue).inc(max(0.0, seconds))
+
     def receive_call(self, queue: str, priority: int, *, empty: bool) -> None:
         self.metrics.queue(queue, priority).receive_calls[empty].inc()
 
