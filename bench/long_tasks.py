@@ -18,9 +18,21 @@ process that holds each request for the seconds its body names and stamps its ar
   beside ``priority-pubsub report``'s workers needed on the journal of the same run, for the
   same target wait (tolerance: within 20 %).
 
+* ``--slots`` (issue 44, instead of the above): a mix of heavy and light tasks under a trickle
+  of high ones, concurrency 4 (slots): ``high`` (``reserve: 1``, 0.2 s tasks published one at
+  a time), ``heavy`` (tasks of ``--heavy-task-s`` that take 2 of the app's slots,
+  ``max_wait_s: --heavy-max-wait-s``) and ``light`` (``--light-task-s``, one slot), both
+  backlogged; run with the heavy queue at ``slots: 1`` (the sidecar counts a heavy task as one)
+  and at ``slots: 2``. Per run, from the app's own arrival and end stamps, each task weighed by
+  the slots it really takes: the most slots the app held at once (above 4: overcommitted), its
+  mean slot occupancy over the run (busy slot-seconds / (span x 4): above 1 is overcommitment,
+  below it idle slots), the high waits, when the last heavy task started, and the seconds the
+  sidecar held slots for the heavy queue (``priority_pubsub_slots_held_seconds_total``).
+
 Each figure is the median of ``--rounds`` rounds, side by side.
 
     python -m bench.long_tasks --rounds 3
+    python -m bench.long_tasks --slots --rounds 3
 """
 
 from __future__ import annotations
@@ -44,6 +56,8 @@ from priority_pubsub.sidecar import Sidecar
 
 CONCURRENCY = 4
 HIGH_TASK_S = 0.2
+HEAVY_APP_SLOTS = 2
+"""What a heavy task really takes of the app (the ``--slots`` mix), whatever the config says."""
 
 
 class TimedApp:
@@ -174,6 +188,82 @@ async def gauge_run(directory: Path, args: argparse.Namespace, seed: int
     return live, directory / "journal"
 
 
+async def slot_mix(directory: Path, heavy_slots: int, args: argparse.Namespace
+                   ) -> dict[str, Any]:
+    """The ``--slots`` mix with the heavy queue at ``slots: heavy_slots``: what the app held
+    (each task weighed by what it really takes), the high waits, the slots held for heavy."""
+    app = TimedApp()
+    url = await app.start()
+    broker = LocalBroker(directory)
+    await broker.preload("heavy", args.heavy, lambda i: task(f"hv-{i}", args.heavy_task_s))
+    await broker.preload("light", args.light, lambda i: task(f"lt-{i}", args.light_task_s))
+    queues = [{"name": "high", "reserve": 1},
+              {"name": "heavy", "slots": heavy_slots, "max_wait_s": args.heavy_max_wait_s},
+              {"name": "light"}]
+    sidecar, driver, running = await with_sidecar(directory, queues, CONCURRENCY, app, url)
+    published: dict[str, float] = {}
+    tasks = args.heavy + args.light + args.high
+    try:
+        await wait_until(lambda: len(app.arrived) >= 1, 30)
+        for n in range(args.high):
+            await asyncio.sleep(args.high_gap_s)
+            published[f"hi-{n}"] = time.time()
+            await driver.publish("high", task(f"hi-{n}", HIGH_TASK_S))
+        await wait_until(lambda: len(app.finished) >= tasks,
+                         args.heavy * args.heavy_task_s + args.light * args.light_task_s + 60)
+        held_s = sidecar.metrics.slots_held.labels("heavy")._value.get()
+    finally:
+        sidecar.request_stop()
+        await running
+        await app.stop()
+    weight = {"hv": HEAVY_APP_SLOTS, "lt": 1, "hi": 1}
+    spans = [(app.arrived[tag], end, weight[tag[:2]]) for tag, end in app.finished.items()]
+    start, end = min(s for s, _, _ in spans), max(e for _, e, _ in spans)
+    edges = sorted([(s, w) for s, _, w in spans] + [(e, -w) for _, e, w in spans])
+    held = most = 0
+    for _, step in edges:  # an end before a start at the same instant
+        held += step
+        most = max(most, held)
+    return {
+        "app_slots_max": most,
+        "occupancy": sum((e - s) * w for s, e, w in spans) / ((end - start) * CONCURRENCY),
+        "high_waits": [app.arrived[tag] - at for tag, at in published.items()],
+        "last_heavy_start_s": max(at for tag, at in app.arrived.items()
+                                  if tag.startswith("hv")) - start,
+        "makespan_s": end - start,
+        "held_s": held_s,
+    }
+
+
+async def slots_main(args: argparse.Namespace) -> dict[str, Any]:
+    runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    for round_ in range(args.rounds):
+        for slots in (1, 2):  # side by side in each round
+            with temp_dir(f"long-slots-{round_}-{slots}") as directory:
+                runs[slots].append(await slot_mix(directory, slots, args))
+            run = runs[slots][-1]
+            log(f"round {round_} heavy slots {slots}: app slots max {run['app_slots_max']}, "
+                f"occupancy {run['occupancy']:.3f}, high wait max "
+                f"{max(run['high_waits']):.3f} s, held {run['held_s']:.1f} s")
+    result: dict[str, Any] = {"concurrency": CONCURRENCY, "rounds": args.rounds,
+                              "heavy": [args.heavy, args.heavy_task_s, HEAVY_APP_SLOTS],
+                              "light": [args.light, args.light_task_s], "high": args.high}
+    for slots, name in ((1, "heavy_slots_1"), (2, "heavy_slots_2")):
+        chosen = runs[slots]
+        result[name] = {
+            "app_slots_max": median_of([r["app_slots_max"] for r in chosen]),
+            "occupancy": rounded(median_of([r["occupancy"] for r in chosen]), 3),
+            "high_wait_p50_s": rounded(median_of([percentile(r["high_waits"], 50)
+                                                  for r in chosen]), 3),
+            "high_wait_max_s": rounded(median_of([max(r["high_waits"]) for r in chosen]), 3),
+            "last_heavy_start_s": rounded(median_of([r["last_heavy_start_s"]
+                                                     for r in chosen]), 2),
+            "makespan_s": rounded(median_of([r["makespan_s"] for r in chosen]), 2),
+            "slots_held_s": rounded(median_of([r["held_s"] for r in chosen]), 2),
+        }
+    return result
+
+
 def report_workers(journal: Path, target_wait_s: float, spark: Any) -> list[int | None]:
     from priority_pubsub.analytics.report import run_report
 
@@ -245,7 +335,24 @@ def main() -> None:
     parser.add_argument("--low-rate", type=float, default=1.5)
     parser.add_argument("--low-service-s", type=float, default=1.0)
     parser.add_argument("--target-wait-s", type=float, default=1.0)
+    parser.add_argument("--slots", action="store_true",
+                        help="run the heavy/light mix instead (issue 44)")
+    parser.add_argument("--heavy", type=int, default=6)
+    parser.add_argument("--heavy-task-s", type=float, default=3.0)
+    parser.add_argument("--heavy-max-wait-s", type=float, default=4.0)
+    parser.add_argument("--light", type=int, default=40)
+    parser.add_argument("--light-task-s", type=float, default=0.5)
     args = parser.parse_args()
+    if args.slots:
+        slots = run_quietly(slots_main(args))
+        emit("long_tasks", {"mode": "slots", **slots},
+             ["heavy queue", "app slots max", "occupancy", "high wait p50 s", "max s",
+              "last heavy start s", "slots held s"],
+             [[name, *(slots[name][k] for k in ("app_slots_max", "occupancy",
+                                                 "high_wait_p50_s", "high_wait_max_s",
+                                                 "last_heavy_start_s", "slots_held_s"))]
+              for name in ("heavy_slots_1", "heavy_slots_2")])
+        return
     args.spark = None
     if args.steady_s > 0:
         from priority_pubsub.analytics.report import _start_session
