@@ -1,15 +1,16 @@
 """``spark-submit`` entry point for the delivery report (``priority-pubsub report``).
 
     spark-submit --master k8s://https://KUBE_API --deploy-mode cluster ... \
-        local:///opt/priority-pubsub/report_job.py s3://journals/fleet/ \
+        local:///opt/priority-pubsub/report_job.py \
+        's3a://journals/fleet/date=*/hour=*/journal-*.jsonl.gz' \
         --out /reports/latest --state /reports/state
 
 The journals are where the sidecars upload them (``journal.upload.url``: ``<prefix>/date=
-YYYY-MM-DD/hour=HH/journal-<replica>-<seq>.jsonl.gz``). ``s3://``, ``gs://`` and ``az://``
-are listed and fetched by the driver with the stores' own clients, no Hadoop connector on
-the classpath (the image needs ``priority-pubsub[spark,upload]``); a cluster with
-hadoop-aws or the GCS connector may read the same prefix through them instead
-(``'s3a://journals/fleet/date=*/hour=*/journal-*.jsonl.gz'``, ``--state s3a://...``).
+YYYY-MM-DD/hour=HH/journal-<replica>-<seq>.jsonl.gz``). On a cluster the executors read
+them through Spark's connector (hadoop-aws for ``s3a://``, the GCS connector for
+``gs://``). Without a connector, ``s3://``, ``gs://`` and ``az://`` are listed and fetched
+with the stores' own clients (``priority-pubsub[spark,upload]``) to the driver's disk, which
+only a local master reads: ``spark-submit --master 'local[*]' ... s3://journals/fleet/``.
 
 The session is created here, without a master, so it is the one ``spark-submit`` configured
 (``--master``, ``--conf``); the report then uses that active session and ignores its own

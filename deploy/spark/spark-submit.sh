@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Submit the delivery report to a Kubernetes cluster with plain spark-submit (cluster mode).
 #
-# The image needs Spark + Python + `pip install 'priority-pubsub[spark,upload]'` + report_job.py
-# at /opt/priority-pubsub/ (e.g. FROM the apache/spark-py image). Journals are read from the
-# prefix the sidecars upload to (journal.upload.url): s3://, gs:// and az:// are listed and
-# fetched by the driver with the stores' own clients (no Hadoop connector; credentials from
-# the cloud's default chain, here IRSA through the driver's ServiceAccount). On a cluster with
-# hadoop-aws the same prefix reads through it too:
-#   JOURNALS='s3a://priority-pubsub-journals/fleet/date=*/hour=*/journal-*.jsonl.gz'
+# The image needs Spark + Python + `pip install 'priority-pubsub[spark]'` + report_job.py at
+# /opt/priority-pubsub/ (e.g. FROM the apache/spark-py image) and hadoop-aws for s3a://.
+# Journals are read from the prefix the sidecars upload to (journal.upload.url:
+# s3://priority-pubsub-journals/fleet), through Spark's connector so that every executor
+# reads them (credentials: IRSA through the driver's and executors' ServiceAccount). Without
+# a connector, a single-node run reads s3://, gs:// and az:// with the stores' own clients
+# ('priority-pubsub[spark,upload]'): spark-submit --master 'local[*]' ... s3://BUCKET/fleet/
 # report.html and the Parquet tables are written to the driver's --out directory: a PVC
 # mounted at /reports. Each run reads only the journal files no earlier run read; the state
 # that makes that possible lives at STATE (any Hadoop path: the PVC, or an object store
@@ -20,7 +20,7 @@ set -euo pipefail
 : "${KUBE_API:?set KUBE_API, e.g. https://10.0.0.1:443}"
 IMAGE="${IMAGE:-registry.example.com/priority-pubsub-report:0.2.0}"
 NAMESPACE="${NAMESPACE:-analytics}"
-JOURNALS="${JOURNALS:-s3://priority-pubsub-journals/fleet/}"
+JOURNALS="${JOURNALS:-s3a://priority-pubsub-journals/fleet/date=*/hour=*/journal-*.jsonl.gz}"
 STATE="${STATE:-/reports/state}"
 
 exec spark-submit \

@@ -8,7 +8,9 @@ report does not bring. The listing costs one request per 1,000 objects; the mani
 ``files`` (name, size, path) tells which objects an earlier run read, so a run fetches only
 the new ones, and knows an object by the digest the store keeps (its MD5: what the uploader
 verified), never by reading it. Spark's own connectors still read ``s3a://``, ``gs://`` and
-``abfs://`` where a cluster has them (``files``): that is how a cluster run reads a fleet.
+``abfs://`` where a cluster has them (``files``): that is how a cluster run reads a fleet,
+since the objects fetched here are on the driver's disk only (``report.driver_only``
+refuses an object URL with any master but a local one).
 
 A URL names a prefix (``s3://bucket/fleet/``) or a glob over keys (``s3://bucket/fleet/
 date=2026-11-*/*``: the keys under the part before the first ``*``, ``?`` or ``[``,
@@ -37,13 +39,19 @@ def is_object_url(journal_glob: str) -> bool:
     return urlsplit(journal_glob).scheme in UPLOAD_SCHEMES
 
 
+def _parts(url: str) -> tuple[str, str, str]:
+    """(scheme, bucket, key) of an object URL, split by hand: a glob's ``?`` is no query."""
+    scheme, _, rest = url.partition("://")
+    bucket, _, key = rest.partition("/")
+    return scheme, bucket, key
+
+
 def _split(url: str) -> tuple[UploadConfig, str, str | None]:
     """The store's config, the key prefix to list and the key pattern (None: all)."""
-    parts = urlsplit(url)
-    path = parts.path.lstrip("/")
+    scheme, bucket, path = _parts(url)
     first_glob = min((i for i in (path.find(c) for c in "*?[") if i >= 0), default=-1)
     prefix = path if first_glob < 0 else path[:first_glob]
-    config = UploadConfig(url=f"{parts.scheme}://{parts.netloc}")
+    config = UploadConfig(url=f"{scheme}://{bucket}")
     return config, prefix, (path if first_glob >= 0 else None)
 
 
@@ -51,7 +59,7 @@ def list_objects(url: str) -> Listing:
     """(name, url, size, digest) of every journal object under ``url``, sorted. The digest
     is the store's MD5 (``md5:<hex>``); an object without one is known by key and size."""
     config, prefix, pattern = _split(url)
-    base = f"{urlsplit(url).scheme}://{config.bucket}/"
+    base = f"{_parts(url)[0]}://{config.bucket}/"
 
     async def listed() -> Listing:
         store = open_store(config)
@@ -94,7 +102,7 @@ def fetch(files: list[JournalFile], into: Path) -> list[JournalFile]:
 
 async def _one(store: ObjectStore, gate: asyncio.Semaphore, file: JournalFile,
                into: Path) -> JournalFile:
-    key = urlsplit(file.path).path.lstrip("/")
+    key = _parts(file.path)[2]
     async with gate:
         data = await store.get(key)
     local = into / file.name

@@ -249,7 +249,10 @@ class _Run:
             published = store.read_text("published") == str(manifest.seq)
             pending = [] if published else list(manifest.unpublished)
         with steps.step("find new files"):
-            listing = list_objects(journal_glob) if is_object_url(journal_glob) else None
+            listing = None
+            if is_object_url(journal_glob):
+                driver_only(spark, journal_glob)
+                listing = list_objects(journal_glob)
             choice = choose(spark, journal_glob, manifest.files, listing)
         self.progress.note(_files_line(choice))
         increment = Increment()
@@ -347,6 +350,19 @@ class _Run:
             since=None if since is None else str(since),
             until=None if until is None else str(until),
         )
+
+
+def driver_only(spark: SparkSession, journal_glob: str) -> None:
+    """Objects are fetched to the driver's disk, which only a local master's executors
+    share: on a cluster, the same prefix is read through Spark's own connector. Raises
+    ``ValueError`` (bad usage) otherwise, before anything is listed."""
+    master = str(spark.sparkContext.master)
+    if not master.startswith("local"):
+        raise ValueError(
+            f"{journal_glob}: objects are fetched to the driver, which executors on "
+            f"{master} cannot read; on a cluster read the prefix through Spark's connector "
+            "(s3a://BUCKET/PREFIX/date=*/hour=*/*.jsonl.gz, gs://..., abfs://...), or run "
+            "with --master 'local[*]'")
 
 
 def _files_line(choice: FileChoice) -> str:
