@@ -150,7 +150,7 @@ class Sidecar:
         self.monitor = build_monitor(
             live, driver=self.driver, metrics=self.metrics, gate=self.gate,
             receiver=self.receiver, control=self.control, observer=self.observer,
-            depths=self.depths, connected=lambda: self.connected,
+            depths=self.depths, connected=lambda: self.connected, running=worker.running,
         ) if settings.monitor.enabled else None
         self.server = OpsServer(
             settings.server, stalled=lambda: self.watchdog.stalled,

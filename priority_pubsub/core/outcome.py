@@ -32,6 +32,9 @@ class Outcome:
     reason: str | None = None
     delay_s: float | None = None
     """For a release: how long the app asked us to wait (its ``Retry-After``)."""
+    discard: bool = False
+    """For a drop: delete the message even where dead letters have a destination (an
+    operator's drop); an app's drop goes where a dead letter goes, as in Dapr."""
 
     @classmethod
     def ack(cls, http_status: int | None = None) -> Outcome:
@@ -53,5 +56,6 @@ class Outcome:
         return cls(Kind.RELEASE, http_status, reason, delay_s)
 
     @classmethod
-    def drop(cls, reason: str, http_status: int | None = None) -> Outcome:
-        return cls(Kind.DROP, http_status, reason)
+    def drop(cls, reason: str, http_status: int | None = None, *,
+             discard: bool = False) -> Outcome:
+        return cls(Kind.DROP, http_status, reason, discard=discard)

@@ -5,14 +5,16 @@ request where it is — the HTTP request's connection is closed, the gRPC call c
 bulk entry leaves its batch (a sent batch is cancelled once every entry has left), a stream's
 event is forgotten — and ``send`` returns ``outcome`` as if the app had answered it: the
 worker's slot is free at once and the message is settled as ``outcome`` says, through the
-same gate and settle rules as any answer.
+same settle rules as any answer (and the same app gate, but for an operator's cancel).
 
 A delivery's timeout is this cancel fired by a timer: ``queues[].timeout_s``, else
 ``app.timeout_s``; the outcome is a counted retry whose reason starts with ``timeout``
-(``timed_out``). Anything else that must stop a running delivery — an operator's cancel
-from the monitor, a shutdown that settles the deliveries past their time — finds it in
-``Running`` (by queue and message id, as the monitor lists them) and calls ``cancel`` with
-its own outcome. A shutdown's cancellation of the worker task is not such a cancel: the
+(``timed_out``). Anything else that must stop a running delivery finds it in ``Running`` (by
+queue and message id, as the monitor lists them) and calls ``cancel`` with its own outcome:
+an operator's cancel from the monitor (``by_operator``) settles as the operator chose, a
+counted retry later, a dead letter or a drop, with reason ``cancelled by operator``; it says
+nothing about the app's health, so the app gate does not learn from it (``is_by_operator``).
+A shutdown's cancellation of the worker task is not such a cancel: the
 worker returns the message at once (``worker.stopped``: a counted retry if the request had
 left for the app, never past the last attempt; else a release, uncounted).
 
@@ -25,12 +27,34 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from typing import Literal, get_args
 
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Outcome
 
 TIMEOUT = "timeout"
 """How a timed-out delivery's reason begins (the journal's, the monitor's filter)."""
+BY_OPERATOR = "cancelled by operator"
+"""The reason of a delivery an operator cut short (the journal's, the dead letter's)."""
+OperatorSettle = Literal["retry", "dead_letter", "drop"]
+"""What an operator's cancel settles the message as."""
+OPERATOR_SETTLES: tuple[str, ...] = get_args(OperatorSettle)
+
+
+def by_operator(settle: OperatorSettle) -> Outcome:
+    """What a delivery an operator cancelled settles as, as chosen: a retry later (counted,
+    with backoff, as a timeout's), a dead letter (deleted where none is configured), or a
+    drop (deleted even where dead letters have a destination: the message is gone)."""
+    if settle == "retry":
+        return Outcome.retry(BY_OPERATOR)
+    if settle == "dead_letter":
+        return Outcome.dead(BY_OPERATOR)
+    return Outcome.drop(BY_OPERATOR, discard=True)
+
+
+def is_by_operator(outcome: Outcome) -> bool:
+    """Whether ``outcome`` is an operator's cancel (the app did not fail: nothing to learn)."""
+    return outcome.reason == BY_OPERATOR
 
 
 def timed_out(timeout_s: float) -> Outcome:
@@ -83,6 +107,14 @@ class Running:
         at the app (it ended, or never got there)."""
         running = self._by_message.get((queue, message_id))
         return running is not None and running.cancel(outcome)
+
+    def queues_of(self, message_id: str) -> list[str]:
+        """The queues a delivery of ``message_id`` is at the app from now (an id is the
+        broker's: two queues may each hold one)."""
+        return [queue for queue, found in self._by_message if found == message_id]
+
+    def at_app(self, queue: str, message_id: str) -> bool:
+        return (queue, message_id) in self._by_message
 
     def cancel_all(self, outcome: Outcome) -> int:
         """Cut every running delivery short; how many were."""

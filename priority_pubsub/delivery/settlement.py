@@ -90,6 +90,8 @@ def plan_settlement(
         if attempt < policy.max_attempts:
             return Settlement(kind, Verb.RETRY, policy.delay_for(attempt), reason, status)
         kind, reason = Kind.DEAD, f"max attempts ({policy.max_attempts}) reached; last: {reason}"
+    if kind is Kind.DROP and outcome.discard:  # an operator's drop: gone, wherever dead go
+        return Settlement(kind, Verb.ACK, 0.0, reason, status)
     if kind is Kind.DROP and drop_handled:
         return Settlement(kind, Verb.DROP, 0.0, reason, status)
     if kind in (Kind.DEAD, Kind.DROP) and dead_letter_enabled:

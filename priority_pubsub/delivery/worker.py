@@ -19,7 +19,7 @@ from priority_pubsub.app.request import AppChannel, Delivery, NativeDelivery, Ne
 from priority_pubsub.core.errors import TransformError
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.delivery.cancel import Running
+from priority_pubsub.delivery.cancel import Running, is_by_operator
 from priority_pubsub.delivery.leases import LeaseKeeper
 from priority_pubsub.delivery.settlement import admit
 from priority_pubsub.delivery.settler import Settler
@@ -162,7 +162,9 @@ class Worker:
             message, self._forwarder.deliver(prepared),
             self._live.timeout_s(message.queue))
         self._observer.forwarded(message, time.perf_counter() - started)
-        return outcome if self._gate is None else self._gate.observe(message, outcome)
+        if self._gate is None or is_by_operator(outcome):  # the app did not fail: no lesson
+            return outcome
+        return self._gate.observe(message, outcome)
 
     async def _after_settle(self, attempt: Attempt, outcome: Outcome) -> None:
         """The transforms' settle hooks; their failures are logged, never change the outcome

@@ -1,4 +1,5 @@
-"""The operator's actions (pause, resume, drain, requeue, delete), each journaled and logged.
+"""The operator's actions (pause, resume, drain, requeue, delete, cancel a running delivery),
+each journaled and logged.
 
 An action record goes to ``admin.jsonl`` beside the delivery journal (its own file: the
 delivery journal's schema and the report's ``journal-*.jsonl`` glob stay as they are), one
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from priority_pubsub.core.message import now_ms
+from priority_pubsub.delivery.cancel import OperatorSettle, Running, by_operator
 from priority_pubsub.delivery.control import QueueControl
 from priority_pubsub.monitor.dead_letters import DeadLetterDesk
 from priority_pubsub.telemetry.logs import get_logger
@@ -27,9 +29,11 @@ DRAIN_REASON = "drained from the monitor"
 
 class AdminActions:
     def __init__(self, control: QueueControl, dead_letters: DeadLetterDesk,
-                 journal_dir: Path | None) -> None:
+                 journal_dir: Path | None, running: Running | None = None) -> None:
+        """``running``: the deliveries at the app (the worker's), for ``cancel``."""
         self._control = control
         self._dead_letters = dead_letters
+        self.running = Running() if running is None else running
         self.journal_path = None if journal_dir is None else journal_dir / ADMIN_JOURNAL
 
     def pause(self, queue: str, client: str) -> dict[str, Any]:
@@ -53,6 +57,15 @@ class AdminActions:
     async def delete(self, ids: Sequence[str], client: str) -> dict[str, Any]:
         deleted = await self._dead_letters.delete(ids)
         return self._record("delete", client, asked=len(ids), count=deleted, ids=list(ids))
+
+    def cancel(self, message_id: str, queue: str, settle: OperatorSettle,
+               client: str) -> dict[str, Any]:
+        """Cut one delivery at the app short (``delivery.cancel``, the timeout's path): the
+        request is aborted, the worker freed, the message settled as ``settle`` says with
+        reason ``cancelled by operator``. ``cancelled`` is False when it had ended already."""
+        cancelled = self.running.cancel(queue, message_id, by_operator(settle))
+        return self._record("cancel", client, id=message_id, queue=queue, settle=settle,
+                            cancelled=cancelled)
 
     def _record(self, action: str, client: str, **what: Any) -> dict[str, Any]:
         record = {"v": 1, "at_ms": now_ms(), "action": action, "client": client, **what}

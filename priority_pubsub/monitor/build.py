@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from priority_pubsub.app.gate import AppGate
+from priority_pubsub.delivery.cancel import Running
 from priority_pubsub.delivery.control import QueueControl
 from priority_pubsub.delivery.receiver import Receiver
 from priority_pubsub.drivers.base import Driver
@@ -21,8 +22,10 @@ from priority_pubsub.telemetry.observer import DeliveryObserver
 def build_monitor(
     live: LiveSettings, *, driver: Driver, metrics: Metrics, gate: AppGate, receiver: Receiver,
     control: QueueControl, observer: DeliveryObserver, depths: dict[str, DepthReading],
-    connected: Callable[[], bool],
+    connected: Callable[[], bool], running: Running | None = None,
 ) -> Monitor:
+    """``running``: the worker's deliveries at the app (the page's cancel acts on them)."""
+    running = Running() if running is None else running  # an empty one is falsy
     settings = live.settings  # what a reload cannot change: the dead letters, the monitor
     desk = DeadLetterDesk(
         driver, settings.dead_letter.queue if settings.dead_letter else None,
@@ -31,7 +34,8 @@ def build_monitor(
     sources = MonitorSources(
         live=live, gate=gate, receiver=receiver, control=control, observer=observer,
         history=History(metrics, live.names_view, settings.monitor.sample_s),
-        dead_letters=desk, depths=depths, connected=connected,
+        dead_letters=desk, depths=depths, connected=connected, running=running,
     )
     journal_dir = settings.journal.path if settings.journal else None
-    return Monitor(settings.monitor, sources, AdminActions(control, desk, journal_dir))
+    return Monitor(settings.monitor, sources,
+                   AdminActions(control, desk, journal_dir, running=running))

@@ -56,7 +56,7 @@ def _filter_form(doc: dict[str, Any]) -> str:
 
 
 def render_live(doc: dict[str, Any], *, writable: bool) -> str:
-    return "".join((_overview(doc, writable), _queues(doc, writable), _in_flight(doc),
+    return "".join((_overview(doc, writable), _queues(doc, writable), _in_flight(doc, writable),
                     _dead_letters(doc, writable),
                     f'<p class="stamp">as of {_e(when(doc["generated_ms"]))}</p>'))
 
@@ -178,21 +178,35 @@ def _queues(doc: dict[str, Any], writable: bool) -> str:
             f'<table>{head}{"".join(rows)}</table></section>')
 
 
-def _in_flight(doc: dict[str, Any]) -> str:
+CANCEL_CHOICES = (("retry", "retry later"), ("dead_letter", "dead-letter"), ("drop", "drop"))
+"""The operator's cancel of a running delivery: how its message is settled, and the label."""
+
+
+def _in_flight(doc: dict[str, Any], writable: bool) -> str:
     items = doc["in_flight"]
     if not items:
-        body = '<tr><td colspan="6" class="muted">nothing in flight</td></tr>'
+        body = '<tr><td colspan="7" class="muted">nothing in flight</td></tr>'
     else:
         body = "".join(
-            f'<tr class="held"><td>{_e(m["id"])}</td><td>{_e(m["queue"])}</td>'
+            f'<tr class="held" data-id="{_e(m["id"])}"><td>{_e(m["id"])}</td>'
+            f'<td>{_e(m["queue"])}</td>'
             f'<td class="n">{_e(m["attempt"])}</td><td class="n">{_e(m["slots"])}</td>'
             f'<td class="n">{_e(duration(m["elapsed_s"]))}</td>'
             f'<td class="n">{_e(duration(m["lease_renewed_s_ago"]))}'
-            f'{" ago" if m["lease_renewed_s_ago"] is not None else ""}</td></tr>'
+            f'{" ago" if m["lease_renewed_s_ago"] is not None else ""}</td>'
+            f'<td>{_cancel_buttons(m) if writable and m["at_app"] else ""}</td></tr>'
             for m in items)
-    return (f'<section id="in-flight"><h2>In flight ({len(items)})</h2><table>'
+    return (f'<section id="in-flight"><h2>In flight ({len(items)})</h2>'
+            '<p class="muted">Cancel aborts the request at the app (the connection closed, '
+            'the gRPC call cancelled) and settles the message as chosen; an app that does '
+            'not notice may go on working on it.</p><table>'
             '<tr><th>message id</th><th>queue</th><th>attempt</th><th>slots</th><th>elapsed</th>'
-            f'<th>lease renewed</th></tr>{body}</table></section>')
+            f'<th>lease renewed</th><th>cancel</th></tr>{body}</table></section>')
+
+
+def _cancel_buttons(message: dict[str, Any]) -> str:
+    return " ".join(_button("cancel", label, id=message["id"], queue=message["queue"],
+                            settle=settle) for settle, label in CANCEL_CHOICES)
 
 
 def _dead_letters(doc: dict[str, Any], writable: bool) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from priority_pubsub.core.errors import DriverError
+from priority_pubsub.delivery.cancel import OPERATOR_SETTLES, OperatorSettle
 from priority_pubsub.monitor import STATIC
 from priority_pubsub.monitor.admin import AdminActions
 from priority_pubsub.monitor.dead_letters import ActionUnavailable, DeadLetterFilter
@@ -74,6 +75,7 @@ class Monitor:
         app.router.add_route("*", "/api/v1/drain/end", write(self._end_drain))
         app.router.add_route("*", "/api/v1/dead-letters/requeue", write(self._requeue))
         app.router.add_route("*", "/api/v1/dead-letters/delete", write(self._delete))
+        app.router.add_route("*", "/api/v1/in-flight/{id}/cancel", write(self._cancel))
 
     # -- security -------------------------------------------------------------------------
 
@@ -171,14 +173,30 @@ class Monitor:
         ids = await self._chosen_ids(request)
         return self._done(await self.actions.delete(ids, _client(request)))
 
+    async def _cancel(self, request: web.Request) -> web.StreamResponse:
+        """``{"settle": "retry" | "dead_letter" | "drop", "queue": Q}`` (``queue`` needed
+        only when the id is at the app from two queues): 404 when it is not at the app."""
+        message_id = request.match_info["id"]
+        body = await _json_object(request)
+        settle = body.get("settle", "retry")
+        if settle not in OPERATOR_SETTLES:
+            raise web.HTTPBadRequest(text=f"settle: one of {', '.join(OPERATOR_SETTLES)}")
+        queues = self.actions.running.queues_of(message_id)
+        queue = body.get("queue")
+        if queue is None and len(queues) > 1:
+            return _error(409, f"at the app from {', '.join(queues)}: name the queue")
+        queue = queue if queue is not None else next(iter(queues), None)
+        if queue not in queues:
+            return _error(404, "not at the app: its delivery ended, or never reached it")
+        chosen: OperatorSettle = settle
+        record = self.actions.cancel(message_id, str(queue), chosen, _client(request))
+        if not record["cancelled"]:
+            return _error(404, "not at the app: its delivery ended meanwhile")
+        return self._done(record)
+
     async def _chosen_ids(self, request: web.Request) -> list[str]:
         """``{"ids": [...]}``, or ``{"filter": {reason, queue, id}}`` (``{}``: all)."""
-        try:
-            body = await request.json() if request.can_read_body else {}
-        except ValueError:
-            raise web.HTTPBadRequest(text="body: not JSON") from None
-        if not isinstance(body, dict):
-            raise web.HTTPBadRequest(text="body: a JSON object")
+        body = await _json_object(request)
         if "ids" in body:
             ids = body["ids"]
             if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
@@ -219,6 +237,17 @@ def _presented(request: web.Request, token: str, *, basic: bool = True) -> bool:
             return False
         return hmac.compare_digest(decoded.partition(":")[2].encode(), token.encode())
     return False
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    """The request's JSON body, an object (none: ``{}``); else 400."""
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except ValueError:
+        raise web.HTTPBadRequest(text="body: not JSON") from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="body: a JSON object")
+    return body
 
 
 def _cross_site(request: web.Request) -> bool:

@@ -14,13 +14,14 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from priority_pubsub.app.gate import AppGate
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.pod import Pod
 from priority_pubsub.core.redaction import redact
+from priority_pubsub.delivery.cancel import Running
 from priority_pubsub.delivery.control import Hold, QueueControl
 from priority_pubsub.delivery.receiver import Receiver
 from priority_pubsub.drivers.base import DeadLetter, QueueDepth
@@ -57,6 +58,8 @@ class MonitorSources:
     dead_letters: DeadLetterDesk
     depths: dict[str, DepthReading]
     connected: Callable[[], bool]
+    running: Running = field(default_factory=Running)
+    """The deliveries at the app now (the worker's): what an operator may cancel."""
 
 
 def drain_state(control: QueueControl, in_flight: int) -> str | None:
@@ -88,6 +91,7 @@ async def snapshot(src: MonitorSources, selected: DeadLetterFilter) -> dict[str,
         "overview": _overview(src, held, wall_ms),
         "queues": queues,
         "in_flight": [_in_flight_row(m, wall_ms, settings.lease.duration_s)
+                      | {"at_app": src.running.at_app(m.queue, m.id)}
                       for m in sorted(held, key=lambda m: m.received_ms)],
         "dead_letters": {
             "source": listing.source, "queue": listing.queue,

@@ -498,3 +498,63 @@ def test_service_bus_dead_letters_are_peeked_requeued_and_deleted_from_the_page(
     admin = [json.loads(line) for line in (tmp_path / "journal" / "admin.jsonl")
              .read_text().splitlines()]
     assert [(a["action"], a["count"]) for a in admin] == [("requeue", 1), ("delete", 1)]
+
+
+@pytest.mark.parametrize(("settle", "outcome"), [("retry", "retry"),
+                                                 ("dead_letter", "dead"), ("drop", "drop")])
+def test_cancel_a_running_task_settles_it_as_chosen(
+    start: Any, app: RecordingApp, page: Page, settle: str, outcome: str
+) -> None:
+    """Issue 44, item 3: a task the app would work on for a minute, cancelled from the page:
+    the app sees its connection closed at once, the worker is free for the next message, the
+    message is retried, dead-lettered or dropped as chosen, and the journal and the admin
+    journal say so (the reason; the client and the time)."""
+    attempts: Counter[str] = Counter()
+
+    def long_then_quick(received: Received) -> Reply:
+        data = data_of(received)
+        attempts[data] += 1
+        # a minute's task, as long as the sidecar keeps the connection open
+        return Reply(until_closed=True) if data == "long" and attempts[data] == 1 else Reply()
+
+    app.behaviour = long_then_quick
+    running = start({"admin_token": ADMIN}, concurrency=1)
+    [message_id] = running.publish("high", "long")
+    page.goto(f"{running.url}/monitor")
+    use_token(page, ADMIN)
+    row = page.locator(f"#in-flight tr.held[data-id='{message_id}']")
+    row.wait_for()
+    running.publish("low", "next")  # waits for the one worker
+    clicked_ms = now_ms()
+    row.locator(f"button[data-action='cancel'][data-settle='{settle}']").click()
+    wait_until(lambda: len(app.closed) == 1, timeout_s=10)
+    assert app.closed[0].request.event["data"] == "long"
+    assert app.closed[0].at * 1000 - clicked_ms < 5000  # at once, not after a minute
+    wait_until(lambda: attempts["next"] == 1, timeout_s=10)  # the worker was freed
+    records = journal_records(running.directory / "journal")
+    cancelled = [r for r in records if r["message_id"] == message_id]
+    assert [(r["outcome"], r["reason"]) for r in cancelled][:1] == [
+        (outcome, "cancelled by operator")]
+    if settle == "retry":  # delivered again later, and answered then
+        wait_until(lambda: attempts["long"] == 2, timeout_s=10)
+    else:
+        time.sleep(1.5)  # a retry (0.2 s backoff) would have come by now
+        assert attempts["long"] == 1
+    dead = queue_rows(running.directory / "queues.db", "dead")
+    assert len(dead) == (1 if settle == "dead_letter" else 0)
+    admin = [json.loads(line) for line in
+             (running.directory / "journal" / "admin.jsonl").read_text().splitlines()]
+    assert [(a["action"], a["id"], a["settle"], a["cancelled"], a["client"]) for a in admin] == [
+        ("cancel", message_id, settle, True, "127.0.0.1")]
+    assert clicked_ms <= admin[0]["at_ms"] <= now_ms()
+
+
+def test_cancel_through_the_api_answers_404_for_what_is_not_at_the_app(
+    start: Any, app: RecordingApp
+) -> None:
+    running = start({"admin_token": ADMIN})
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    url = f"{running.url}/api/v1/in-flight/nothing-here/cancel"
+    assert httpx.post(url, headers=headers, json={"settle": "drop"}).status_code == 404
+    assert httpx.post(url, headers=headers, json={"settle": "later"}).status_code == 400
+    assert httpx.post(url, json={"settle": "drop"}).status_code == 401  # the admin token

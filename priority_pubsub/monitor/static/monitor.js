@@ -42,15 +42,22 @@
     "requeue": function (b) { return ["/api/v1/dead-letters/requeue", {ids: [b.dataset.id]}]; },
     "delete": function (b) { return ["/api/v1/dead-letters/delete", {ids: [b.dataset.id]}]; },
     "requeue-filtered": function () { return ["/api/v1/dead-letters/requeue", {filter: filterNow()}]; },
-    "delete-filtered": function () { return ["/api/v1/dead-letters/delete", {filter: filterNow()}]; }
+    "delete-filtered": function () { return ["/api/v1/dead-letters/delete", {filter: filterNow()}]; },
+    "cancel": function (b) {
+      return ["/api/v1/in-flight/" + encodeURIComponent(b.dataset.id) + "/cancel",
+              {queue: b.dataset.queue, settle: b.dataset.settle}];
+    }
   };
-  var confirmFirst = {"delete": true, "delete-filtered": true, "requeue-filtered": true, "drain": true};
+  var confirmFirst = {"delete": true, "delete-filtered": true, "requeue-filtered": true, "drain": true,
+                      "cancel": true};
 
   function act(button) {
     var action = button.dataset.action;
     var token = sessionStorage.getItem(TOKEN_KEY);
     if (!token) { say("enter the admin token first"); return; }
-    if (confirmFirst[action] && !window.confirm(button.textContent + "?")) { return; }
+    var asked = action === "cancel" ? "cancel " + button.dataset.id + " and " + button.textContent
+                                    : button.textContent;
+    if (confirmFirst[action] && !window.confirm(asked + "?")) { return; }
     var route = routes[action](button);
     button.disabled = true;
     fetch(route[0], {
