@@ -156,11 +156,13 @@ def test_kill_9_mid_upload_then_a_restart_lands_every_file_exactly_once(
     proxied: tuple[Fleet, StoreProxy], app: RecordingApp,
 ) -> None:
     fleet, proxy = proxied
-    proxy.slow(0.05)  # ~0.4 s an upload: a backlog to be killed in the middle of
+    proxy.cut()  # nothing lands while the messages are delivered: the closed files wait
     published = fleet.publish(1500)
-    sidecar = _start(fleet, stop_timeout_s=1)
+    sidecar = _start(fleet, stop_timeout_s=1, retry_initial_s=0.2, retry_max_s=1)
     app.wait_for(1500, timeout_s=120)
     time.sleep(1)  # the last acks settled and journaled
+    proxy.slow(0.05)  # ~0.4 s an upload: a backlog to be killed in the middle of
+    proxy.restore()
     wait_until(lambda: proxy.uploading > 0, timeout_s=30, interval_s=0.005)
     sidecar.kill()
     sidecar.wait()
