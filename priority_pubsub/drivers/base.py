@@ -42,6 +42,7 @@ __all__ = [
     "DEAD_LETTER_ATTRIBUTES",
     "DEAD_LETTER_REASON",
     "DEAD_LETTER_SOURCE",
+    "PROMOTED_FROM",
     "REQUEUED_FROM",
     "DeadLetter",
     "DeadLetterBrowser",
@@ -54,12 +55,14 @@ __all__ = [
     "Lease",
     "MappedErrors",
     "Message",
+    "NotAddressable",
     "OwnDeadLetterQueues",
     "Pinger",
     "Publisher",
     "QueueAdder",
     "QueueDepth",
     "StoreProbe",
+    "WaitingMover",
     "check_options",
     "deployment",
     "live_token",
@@ -74,6 +77,9 @@ DEAD_LETTER_SOURCE = "dead_letter_source"
 DEAD_LETTER_ATTRIBUTES = (DEAD_LETTER_REASON, DEAD_LETTER_SOURCE)
 REQUEUED_FROM = "requeued_from"
 """Attribute ``requeue`` puts on a message it moved back: the dead-letter queue it left."""
+PROMOTED_FROM = "promoted_from"
+"""Attribute a promote puts on the waiting message it moved to a higher queue: the queue it
+left (the monitor's promote)."""
 CONTENT_TYPE_ATTRIBUTE = "content-type"
 """Where ``publish(content_type=...)`` travels on brokers without a content type of their own
 (SQS, Pub/Sub); it comes back as ``Message.content_type``, not as an attribute."""
@@ -259,6 +265,24 @@ class OwnDeadLetterQueues(Protocol):
     def dead_letter_queue_of(self, queue: str) -> str:
         """The name ``receive``, ``browse`` and ``requeue --from`` take for ``queue``'s
         dead-letter queue."""
+        ...
+
+
+class NotAddressable(DriverError):
+    """The broker cannot take that one waiting message by id (the monitor answers 409)."""
+
+
+@runtime_checkable
+class WaitingMover(Protocol):
+    """A broker whose read by id leases nothing (Redis streams: ``receive_ids`` reads the
+    entry, the group may still take it): it moves one waiting message to another queue
+    itself, in one step, so a worker taking it meanwhile can never leave a copy in both."""
+
+    async def move_waiting(self, queue: str, message_id: str, to_queue: str,
+                           attributes: Mapping[str, str]) -> str | None:
+        """Publish waiting ``message_id`` of ``queue`` to ``to_queue`` with ``attributes``
+        added, and delete it from ``queue``, at once: the copy's id, or None when it is not
+        waiting any more (taken, gone). Raises ``NotAddressable`` when it cannot."""
         ...
 
 

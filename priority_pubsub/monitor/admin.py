@@ -1,5 +1,5 @@
-"""The operator's actions (pause, resume, drain, requeue, delete, cancel a running delivery),
-each journaled and logged.
+"""The operator's actions (pause, resume, drain, requeue, delete, cancel a running delivery,
+promote a waiting message), each journaled and logged.
 
 An action record goes to ``admin.jsonl`` beside the delivery journal (its own file: the
 delivery journal's schema and the report's ``journal-*.jsonl`` glob stay as they are), one
@@ -18,7 +18,8 @@ from typing import Any
 from priority_pubsub.core.message import now_ms
 from priority_pubsub.delivery.cancel import OperatorSettle, Running, by_operator
 from priority_pubsub.delivery.control import QueueControl
-from priority_pubsub.monitor.dead_letters import DeadLetterDesk
+from priority_pubsub.monitor.dead_letters import ActionUnavailable, DeadLetterDesk
+from priority_pubsub.monitor.waiting import WaitingDesk
 from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger("priority_pubsub.monitor")
@@ -29,10 +30,13 @@ DRAIN_REASON = "drained from the monitor"
 
 class AdminActions:
     def __init__(self, control: QueueControl, dead_letters: DeadLetterDesk,
-                 journal_dir: Path | None, running: Running | None = None) -> None:
-        """``running``: the deliveries at the app (the worker's), for ``cancel``."""
+                 journal_dir: Path | None, running: Running | None = None,
+                 waiting: WaitingDesk | None = None) -> None:
+        """``running``: the deliveries at the app (the worker's), for ``cancel``;
+        ``waiting``: the waiting messages, for ``promote``."""
         self._control = control
         self._dead_letters = dead_letters
+        self._waiting = waiting
         self.running = Running() if running is None else running
         self.journal_path = None if journal_dir is None else journal_dir / ADMIN_JOURNAL
 
@@ -66,6 +70,16 @@ class AdminActions:
         cancelled = self.running.cancel(queue, message_id, by_operator(settle))
         return self._record("cancel", client, id=message_id, queue=queue, settle=settle,
                             cancelled=cancelled)
+
+    async def promote(self, queue: str, message_id: str, to_queue: str,
+                      client: str) -> dict[str, Any]:
+        """Move one waiting message up to ``to_queue`` (``WaitingDesk.promote``: 409 when it
+        cannot be, never a copy in both queues)."""
+        if self._waiting is None:
+            raise ActionUnavailable("no waiting messages here")
+        moved = await self._waiting.promote(queue, message_id, to_queue)
+        return self._record("promote", client, id=message_id, queue=queue, to=to_queue,
+                            copy_id=moved)
 
     def _record(self, action: str, client: str, **what: Any) -> dict[str, Any]:
         record = {"v": 1, "at_ms": now_ms(), "action": action, "client": client, **what}

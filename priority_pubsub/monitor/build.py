@@ -14,6 +14,7 @@ from priority_pubsub.monitor.dead_letters import DeadLetterDesk
 from priority_pubsub.monitor.history import History
 from priority_pubsub.monitor.routes import Monitor
 from priority_pubsub.monitor.state import DepthReading, MonitorSources
+from priority_pubsub.monitor.waiting import WaitingDesk
 from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.metrics import Metrics
 from priority_pubsub.telemetry.observer import DeliveryObserver
@@ -35,7 +36,9 @@ def build_monitor(
         live=live, gate=gate, receiver=receiver, control=control, observer=observer,
         history=History(metrics, live.names_view, settings.monitor.sample_s),
         dead_letters=desk, depths=depths, connected=connected, running=running,
+        waiting=WaitingDesk(driver, live.names_view),
     )
     journal_dir = settings.journal.path if settings.journal else None
     return Monitor(settings.monitor, sources,
-                   AdminActions(control, desk, journal_dir, running=running))
+                   AdminActions(control, desk, journal_dir, running=running,
+                                waiting=sources.waiting))

@@ -8,6 +8,7 @@ swaps in the ``#live`` fragment this module renders, so there is one place that 
 from __future__ import annotations
 
 import html
+import urllib.parse
 from string import Template
 from typing import Any
 
@@ -56,7 +57,8 @@ def _filter_form(doc: dict[str, Any]) -> str:
 
 
 def render_live(doc: dict[str, Any], *, writable: bool) -> str:
-    return "".join((_overview(doc, writable), _queues(doc, writable), _in_flight(doc, writable),
+    return "".join((_overview(doc, writable), _queues(doc, writable), _waiting(doc, writable),
+                    _in_flight(doc, writable),
                     _dead_letters(doc, writable),
                     f'<p class="stamp">as of {_e(when(doc["generated_ms"]))}</p>'))
 
@@ -164,8 +166,13 @@ def _queues(doc: dict[str, Any], writable: bool) -> str:
         if writable:
             verb = ("resume", "resume") if q["paused"] else ("pause", "pause")
             taking += " " + _button(verb[0], verb[1], queue=q["name"])
+        listed = ""
+        if doc["waiting"]["why_not"] is None and q["priority"] > 0:
+            listed = (f' <a class="waiting-link" href="/monitor?waiting='
+                      f'{_e(urllib.parse.quote(q["name"]))}">waiting</a>')
         rows.append(
-            f'<tr data-queue="{_e(q["name"])}"><td>{_e(q["name"])}</td><td>{q["priority"]}</td>'
+            f'<tr data-queue="{_e(q["name"])}"><td>{_e(q["name"])}{listed}</td>'
+            f'<td>{q["priority"]}</td>'
             f'<td class="n">{_e(waiting)}</td><td class="n">{_e(oldest)}</td>'
             + "".join(f'<td class="n rate-{k}">{_e(rate[k])}</td>'
                       for k in SERIES)
@@ -176,6 +183,36 @@ def _queues(doc: dict[str, Any], writable: bool) -> str:
             f'<p class="muted">"broker": the broker\'s own figures, as last read by this '
             f'replica; the rest is this replica\'s.</p>'
             f'<table>{head}{"".join(rows)}</table></section>')
+
+
+def _waiting(doc: dict[str, Any], writable: bool) -> str:
+    """The first messages waiting in the queue the page asked about (``?waiting=QUEUE``),
+    each with a promote button per queue above it; or why this broker cannot."""
+    waiting = doc["waiting"]
+    if waiting["queue"] is None:
+        return ""
+    queue = waiting["queue"]
+    if waiting["why_not"] is not None:
+        body = f'<p class="muted">Cannot list or promote here: {_e(waiting["why_not"])}.</p>'
+        return f'<section id="waiting"><h2>Waiting in {_e(queue)}</h2>{body}</section>'
+    rows = []
+    for m in waiting["items"]:
+        promote = ""
+        if writable:
+            promote = " ".join(_button("promote", f"promote to {target}", id=m["id"],
+                                       queue=queue, to=target)
+                               for target in waiting["targets"])
+        rows.append(f'<tr class="waiting" data-id="{_e(m["id"])}"><td>{_e(m["id"])}</td>'
+                    f'<td>{_e(when(m["enqueued_ms"]))}</td>'
+                    f'<td class="n">{_e(_num(m["attempts"]))}</td><td>{promote}</td></tr>')
+    if not rows:
+        rows.append('<tr><td colspan="4" class="muted">nothing waiting</td></tr>')
+    return (f'<section id="waiting"><h2>Waiting in {_e(queue)} (first '
+            f'{len(waiting["items"])})</h2><p class="muted">Promote publishes the message to '
+            'the higher queue, then takes it out of this one; one a worker took meanwhile '
+            'is left alone (never in both). <a href="/monitor">close</a></p><table>'
+            '<tr><th>message id</th><th>enqueued</th><th>attempts</th><th>promote</th></tr>'
+            f'{"".join(rows)}</table></section>')
 
 
 CANCEL_CHOICES = (("retry", "retry later"), ("dead_letter", "dead-letter"), ("drop", "drop"))

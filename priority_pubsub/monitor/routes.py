@@ -54,7 +54,7 @@ class Monitor:
         """Tokens a read may carry; none needed when ``read_token`` is unset."""
         self._admin_token = config.admin_token.get_secret_value() if config.admin_token else None
         self._share_s = config.refresh_s * SNAPSHOT_SHARE
-        self._cached: tuple[DeadLetterFilter, float, dict[str, Any]] | None = None
+        self._cached: tuple[tuple[DeadLetterFilter, str], float, dict[str, Any]] | None = None
         self._rendered: tuple[dict[str, Any], str] | None = None
         """The live fragment last rendered: (its document, html)."""
 
@@ -76,6 +76,7 @@ class Monitor:
         app.router.add_route("*", "/api/v1/dead-letters/requeue", write(self._requeue))
         app.router.add_route("*", "/api/v1/dead-letters/delete", write(self._delete))
         app.router.add_route("*", "/api/v1/in-flight/{id}/cancel", write(self._cancel))
+        app.router.add_route("*", "/api/v1/waiting/{id}/promote", write(self._promote))
 
     # -- security -------------------------------------------------------------------------
 
@@ -112,12 +113,13 @@ class Monitor:
         selected = DeadLetterFilter(reason=request.query.get("reason", ""),
                                     queue=request.query.get("queue", ""),
                                     id=request.query.get("id", ""))
+        asked = (selected, request.query.get("waiting", ""))
         cached = self._cached
-        if cached is not None and cached[0] == selected and \
+        if cached is not None and cached[0] == asked and \
                 time.monotonic() - cached[1] < self._share_s:
             return cached[2]
-        doc = await snapshot(self.sources, selected)
-        self._cached = (selected, time.monotonic(), doc)
+        doc = await snapshot(self.sources, *asked)
+        self._cached = (asked, time.monotonic(), doc)
         return doc
 
     async def _state(self, request: web.Request) -> web.StreamResponse:
@@ -193,6 +195,20 @@ class Monitor:
         if not record["cancelled"]:
             return _error(404, "not at the app: its delivery ended meanwhile")
         return self._done(record)
+
+    async def _promote(self, request: web.Request) -> web.StreamResponse:
+        """``{"queue": Q, "to": T}``: waiting message ``id`` of ``Q`` up to ``T``, a queue
+        above it; 409 where the broker cannot address it or a worker took it meanwhile."""
+        body = await _json_object(request)
+        queue, to_queue = body.get("queue"), body.get("to")
+        index = self.sources.live.index
+        if not isinstance(queue, str) or not isinstance(to_queue, str) or \
+                queue not in index or to_queue not in index:
+            return _error(404, "no such queue")
+        if index[to_queue] >= index[queue]:
+            return _error(400, f"to: a queue above {queue}")
+        return self._done(await self.actions.promote(
+            queue, request.match_info["id"], to_queue, _client(request)))
 
     async def _chosen_ids(self, request: web.Request) -> list[str]:
         """``{"ids": [...]}``, or ``{"filter": {reason, queue, id}}`` (``{}``: all)."""

@@ -27,6 +27,7 @@ from priority_pubsub.delivery.receiver import Receiver
 from priority_pubsub.drivers.base import DeadLetter, QueueDepth
 from priority_pubsub.monitor.dead_letters import DeadLetterDesk, DeadLetterFilter
 from priority_pubsub.monitor.history import History
+from priority_pubsub.monitor.waiting import WaitingDesk
 from priority_pubsub.settings.live import LiveSettings
 from priority_pubsub.telemetry.observer import DeliveryObserver
 
@@ -60,6 +61,8 @@ class MonitorSources:
     connected: Callable[[], bool]
     running: Running = field(default_factory=Running)
     """The deliveries at the app now (the worker's): what an operator may cancel."""
+    waiting: WaitingDesk | None = None
+    """The first messages waiting in a queue, and their promote."""
 
 
 def drain_state(control: QueueControl, in_flight: int) -> str | None:
@@ -69,7 +72,9 @@ def drain_state(control: QueueControl, in_flight: int) -> str | None:
     return "drained" if in_flight == 0 else "draining"
 
 
-async def snapshot(src: MonitorSources, selected: DeadLetterFilter) -> dict[str, Any]:
+async def snapshot(src: MonitorSources, selected: DeadLetterFilter,
+                   waiting: str = "") -> dict[str, Any]:
+    """``waiting``: the queue whose first waiting messages to list (none: none)."""
     now = src.history.now()
     rates = src.history.per_minute(now)
     held = src.receiver.held()
@@ -93,6 +98,7 @@ async def snapshot(src: MonitorSources, selected: DeadLetterFilter) -> dict[str,
         "in_flight": [_in_flight_row(m, wall_ms, settings.lease.duration_s)
                       | {"at_app": src.running.at_app(m.queue, m.id)}
                       for m in sorted(held, key=lambda m: m.received_ms)],
+        "waiting": await _waiting(src, waiting),
         "dead_letters": {
             "source": listing.source, "queue": listing.queue,
             "actions": src.dead_letters.actionable,
@@ -100,6 +106,18 @@ async def snapshot(src: MonitorSources, selected: DeadLetterFilter) -> dict[str,
             "items": [_dead_letter_row(d) for d in listing.letters],
         },
     }
+
+
+async def _waiting(src: MonitorSources, queue: str) -> dict[str, Any]:
+    """Whether a waiting message can be promoted here (``why_not``), and the first ones
+    waiting in ``queue`` with the queues above it, when the page asks about one."""
+    desk = src.waiting
+    why_not = "no waiting messages here" if desk is None else desk.why_not
+    if desk is None or not queue or queue not in src.live.index:
+        return {"why_not": why_not, "queue": None, "targets": [], "items": []}
+    return {"why_not": why_not, "queue": queue, "targets": desk.higher_than(queue),
+            "items": [{"id": m.id, "enqueued_ms": m.first_seen_ms, "attempts": m.attempts}
+                      for m in await desk.listing(queue)]}
 
 
 def config_state(live: LiveSettings) -> dict[str, Any]:

@@ -558,3 +558,124 @@ def test_cancel_through_the_api_answers_404_for_what_is_not_at_the_app(
     assert httpx.post(url, headers=headers, json={"settle": "drop"}).status_code == 404
     assert httpx.post(url, headers=headers, json={"settle": "later"}).status_code == 400
     assert httpx.post(url, json={"settle": "drop"}).status_code == 401  # the admin token
+
+
+def promote_from_the_page(page: Page, url: str, low: str, high: str, row: int) -> str:
+    """List what waits in ``low`` (five messages), promote the ``row``-th to ``high`` from
+    the page; its id, once its row is gone."""
+    page.goto(f"{url}/monitor?waiting={low}")
+    use_token(page, ADMIN)
+    rows = page.locator("#waiting tr.waiting")
+    wait_until(lambda: rows.count() == 5, timeout_s=15)
+    chosen = rows.nth(row).get_attribute("data-id")
+    assert chosen is not None
+    promoted = page.locator(f"#waiting tr.waiting[data-id='{chosen}']")
+    promoted.locator(f"button[data-action='promote'][data-to='{high}']").click()
+    promoted.wait_for(state="detached")
+    return chosen
+
+
+def promote_api(url: str, message_id: str, queue: str, to: str) -> httpx.Response:
+    return httpx.post(f"{url}/api/v1/waiting/{message_id}/promote", json={"queue": queue,
+                      "to": to}, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
+
+
+def blocked_then_quick(app: RecordingApp) -> Counter[str]:
+    """The app holds "blocker" 6 s (the one worker busy while the page acts), answers the
+    rest at once; how often it saw each."""
+    seen: Counter[str] = Counter()
+
+    def behave(received: Received) -> Reply:
+        data = data_of(received)
+        seen[data] += 1
+        return Reply(delay_s=6 if data == "blocker" else 0)
+
+    app.behaviour = behave
+    return seen
+
+
+def after_the_blocker(app: RecordingApp) -> list[str]:
+    order = [str(data_of(r)) for r in app.received]
+    return order[order.index("blocker") + 1:]
+
+
+def test_promote_a_waiting_message_on_local(start: Any, app: RecordingApp,
+                                            page: Page) -> None:
+    """Issue 44, item 4: a waiting low message promoted to high from the page is delivered
+    before the rest of the low backlog, once; one a worker took meanwhile answers 409."""
+    seen = blocked_then_quick(app)
+    running = start({"admin_token": ADMIN}, concurrency=1)
+    [blocker] = running.publish("normal", "blocker")
+    wait_until(lambda: seen["blocker"] == 1)
+    ids = [running.publish("low", f"low-{n}")[0] for n in range(5)]
+    chosen = promote_from_the_page(page, running.url, "low", "high", 3)
+    assert chosen == ids[3]
+    taken = promote_api(running.url, blocker, "normal", "high")  # at the app: not waiting
+    assert taken.status_code == 409, taken.text
+    assert "not waiting" in taken.json()["error"]
+    wait_until(lambda: sum(seen[f"low-{n}"] for n in range(5)) == 5, timeout_s=20)
+    time.sleep(1)  # a second copy would have come by now
+    assert after_the_blocker(app) == ["low-3", "low-0", "low-1", "low-2", "low-4"]
+    assert seen["low-3"] == 1
+    assert seen["blocker"] == 1
+    admin = [json.loads(line) for line in
+             (running.directory / "journal" / "admin.jsonl").read_text().splitlines()]
+    assert [(a["action"], a["id"], a["queue"], a["to"], a["client"]) for a in admin] == [
+        ("promote", ids[3], "low", "high", "127.0.0.1")]
+
+
+@pytest.mark.redis
+def test_promote_on_redis_and_409_with_a_second_consumer_group(
+    tmp_path: Path, app: RecordingApp, page: Page, redis_topology: RedisTopology
+) -> None:
+    seen = blocked_then_quick(app)
+    broker = redis_topology
+    high, normal, low = broker.queue("high"), broker.queue("normal"), broker.queue("low")
+    config = topology_config(broker, tmp_path, app.url, [high, normal, low], concurrency=1,
+                             monitor={**FAST, "admin_token": ADMIN})
+    sidecar = start_sidecar(tmp_path, config)
+    try:
+        broker.publish(normal, json.dumps("blocker").encode())
+        wait_until(lambda: seen["blocker"] == 1)
+        for n in range(5):
+            broker.publish(low, json.dumps(f"low-{n}").encode())
+        promote_from_the_page(page, sidecar.ops_url, low, high, 3)
+        [blocker_id] = [i.decode() for i, _ in broker.raw.xrange(normal)]
+        taken = promote_api(sidecar.ops_url, blocker_id, normal, high)  # the group has it
+        assert taken.status_code == 409, taken.text
+        wait_until(lambda: sum(seen[f"low-{n}"] for n in range(5)) == 5, timeout_s=20)
+        time.sleep(1)
+        assert after_the_blocker(app) == ["low-3", "low-0", "low-1", "low-2", "low-4"]
+        assert max(seen.values()) == 1  # nothing twice
+        # a second group reading the stream: an entry taken out would be gone for it too
+        broker.raw.xgroup_create(low, "another-reader", id="$")
+        broker.publish(normal, json.dumps("blocker").encode())
+        wait_until(lambda: seen["blocker"] == 2)
+        broker.publish(low, json.dumps("late").encode())
+        late = [i.decode() for i, _ in broker.raw.xrange(low)][-1]
+        refused = promote_api(sidecar.ops_url, late, low, high)
+        assert refused.status_code == 409, refused.text
+        assert "another consumer group" in refused.json()["error"]
+        wait_until(lambda: seen["late"] == 1, timeout_s=20)
+    finally:
+        assert sidecar.stop() == 0
+
+
+@pytest.mark.sqs
+def test_sqs_cannot_promote_no_button_and_409(
+    tmp_path: Path, app: RecordingApp, page: Page, sqs_topology: Topology
+) -> None:
+    high, low = sqs_topology.queue("high", lease_s=30), sqs_topology.queue("low", lease_s=30)
+    config = topology_config(sqs_topology, tmp_path, app.url, [high, low],
+                             monitor={**FAST, "admin_token": ADMIN})
+    sidecar = start_sidecar(tmp_path, config)
+    try:
+        page.goto(f"{sidecar.ops_url}/monitor?waiting={low}")
+        page.wait_for_selector("#waiting:has-text('Cannot list or promote here')")
+        assert page.locator("a.waiting-link").count() == 0
+        assert page.locator("button[data-action='promote']").count() == 0
+        refused = promote_api(sidecar.ops_url, "any-id", low, high)
+        assert refused.status_code == 409, refused.text
+        assert "cannot address one waiting message" in refused.json()["error"]
+    finally:
+        assert sidecar.stop() == 0

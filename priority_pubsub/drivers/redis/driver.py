@@ -35,6 +35,10 @@ Leases, attempts, retries (all state lives in Redis, so it survives restarts of 
   group's last-delivered id (``XRANGE``); ``receive_ids`` reads chosen ones by id without
   taking them into the group (``RedisWaiting``), and their ack is an ``XDEL`` (script
   ``DELETE_WAITING``, only while the group has not taken the entry), their release nothing.
+* the monitor's promote of a waiting message (``move_waiting``): its copy added to the
+  higher queue and the entry deleted in one script (``MOVE_WAITING``), only while the group
+  has not taken it and only where the group is the stream's only one (a deleted entry is
+  gone for every group): a worker taking it meanwhile can never leave it in both.
 * ack = ``XACK``. The entry stays in the stream (other groups may not have read it): trim
   with ``max_len_approx`` (``XADD MAXLEN ~``, Dapr's ``maxLenApprox``) at publish, or set
   ``delete_on_ack: true`` (``XDEL`` too) when this group is the stream's only reader. An entry
@@ -75,7 +79,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, cast
@@ -102,6 +106,7 @@ from priority_pubsub.drivers.base import (
     DeadLetter,
     DriverContext,
     DriverOptions,
+    NotAddressable,
     QueueDepth,
     live_token,
     map_errors,
@@ -211,7 +216,7 @@ class RedisDriver:
         self._scripts = {
             name: self._client.register_script(getattr(redis_scripts, name))
             for name in ("CLAIM", "ACK", "EXTEND", "PARK", "DEAD_LETTER", "FORGET_CONSUMER",
-                         "UNREAD", "DELETE_WAITING")
+                         "UNREAD", "DELETE_WAITING", "MOVE_WAITING")
         }
         self._declared: set[str] = set()
         self._background: set[asyncio.Future[None]] = set()
@@ -412,14 +417,7 @@ class RedisDriver:
         if message.content_type:
             attributes[CONTENT_TYPE_ATTRIBUTE] = message.content_type
         attributes |= {DEAD_LETTER_REASON: reason, DEAD_LETTER_SOURCE: message.queue}
-        flat: list[bytes] = []
-        for name, value in lease.fields:
-            if name == METADATA_FIELD:
-                if _attributes(value)[1] is not None:
-                    flat += [MALFORMED_METADATA_FIELD, value]
-                continue
-            flat += [name, value]
-        return [*flat, METADATA_FIELD, json.dumps(attributes).encode()]
+        return _fields_with(lease.fields, attributes)
 
     def _owner_args(self, lease: RedisLease) -> list[Any]:
         return [self.options.group, self.consumer, lease.entry_id, lease.deliveries]
@@ -520,6 +518,30 @@ class RedisDriver:
                                               waiting=True))
         return messages
 
+    async def move_waiting(self, queue: str, message_id: str, to_queue: str,
+                           attributes: Mapping[str, str]) -> str | None:
+        """``WaitingMover`` (the monitor's promote): the entry read by id, then one script
+        (``MOVE_WAITING``) adds its copy to ``to_queue`` with ``attributes`` added and deletes
+        it, if the group has still not taken it. Only where this group is the stream's only
+        one: an entry deleted is gone for every group (``NotAddressable`` otherwise)."""
+        if not _ENTRY_ID.match(message_id):
+            return None
+        with _redis_errors(f"read entry {message_id} of {queue!r}"):
+            entries = cast(list[tuple[bytes, dict[bytes, bytes]]], await self._client.xrange(
+                queue, min=message_id, max=message_id, count=1))
+        if not entries:
+            return None
+        values = entries[0][1]
+        kept, _ = _attributes(values.get(METADATA_FIELD))
+        fields = _fields_with(values.items(), kept | dict(attributes))
+        moved = await self._script("MOVE_WAITING", queue, [queue, to_queue], [
+            self.options.group, message_id, self.options.max_len_approx or "", *fields])
+        if moved == -1:
+            raise NotAddressable(
+                f"redis: stream {queue!r} is read by another consumer group too: a waiting "
+                "entry taken out of it would be gone for that group as well")
+        return None if moved == 0 else _text(moved)
+
     async def _delete_waiting(self, message: Message, waiting: RedisWaiting) -> None:
         deleted = await self._script("DELETE_WAITING", waiting.stream, [waiting.stream],
                                      [self.options.group, waiting.entry_id])
@@ -579,6 +601,20 @@ class RedisDriver:
 
     def _parked_set(self, stream: str) -> str:
         return f"priority-pubsub:parked:{{{stream}}}:{self.options.group}"
+
+
+def _fields_with(fields: Iterable[tuple[bytes, bytes]], attributes: Mapping[str, str]
+                 ) -> list[bytes]:
+    """An entry's fields, ``metadata`` replaced by ``attributes`` (a malformed original
+    ``metadata`` kept as ``malformed_metadata``): a dead letter's, a promoted copy's."""
+    flat: list[bytes] = []
+    for name, value in fields:
+        if name == METADATA_FIELD:
+            if _attributes(value)[1] is not None:
+                flat += [MALFORMED_METADATA_FIELD, value]
+            continue
+        flat += [name, value]
+    return [*flat, METADATA_FIELD, json.dumps(dict(attributes)).encode()]
 
 
 def _attributes(raw: bytes | None) -> tuple[dict[str, str], str | None]:

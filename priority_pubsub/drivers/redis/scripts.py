@@ -37,6 +37,14 @@ local function as_map(flat)
   for i = 1, #flat, 2 do map[flat[i]] = flat[i + 1] end
   return map
 end
+
+-- whether entry `id` comes after `last` (a group's last-delivered id): not taken by it yet
+local function after(id, last)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  local last_ms, last_seq = string.match(last, '^(%d+)-(%d+)$')
+  ms, seq, last_ms, last_seq = tonumber(ms), tonumber(seq), tonumber(last_ms), tonumber(last_seq)
+  return ms > last_ms or (ms == last_ms and seq > last_seq)
+end
 """
 
 CLAIM = _PRELUDE + """
@@ -185,18 +193,36 @@ DELETE_WAITING = _PRELUDE + """
 -- out of the dead-letter stream once it was requeued or deleted. Reply: 1 deleted; 0 gone
 -- already, or taken by the group meanwhile (e.g. `priority-pubsub requeue`): left alone.
 local stream, group, id = KEYS[1], ARGV[1], ARGV[2]
-local function parts(entry_id)
-  local ms, seq = string.match(entry_id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
 local last = nil
 for _, flat in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
   local g = as_map(flat)
   if g['name'] == group then last = g['last-delivered-id'] end
 end
-if not last then return 0 end
-local ms, seq = parts(id)
-local last_ms, last_seq = parts(last)
-if ms < last_ms or (ms == last_ms and seq <= last_seq) then return 0 end
+if not last or not after(id, last) then return 0 end
 return redis.call('XDEL', stream, id)
+"""
+
+MOVE_WAITING = _PRELUDE + """
+-- KEYS: source, target. ARGV: group, id, maxlen ('' for none), then the copy's fields and
+-- values. Moves an entry the group has not taken yet to the target in one step (the monitor's
+-- promote): the copy added, the entry deleted, so a worker taking it meanwhile can never
+-- leave it in both. Reply: the copy's id; 0 gone already or taken by the group meanwhile;
+-- -1 another group reads the source stream (a deleted entry would be gone for it too).
+local source, target, group, id, maxlen = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3]
+local groups = redis.call('XINFO', 'GROUPS', source)
+if #groups ~= 1 then return -1 end
+local only = as_map(groups[1])
+if only['name'] ~= group then return -1 end
+if not after(id, only['last-delivered-id']) then return 0 end
+if #redis.call('XRANGE', source, id, id) == 0 then return 0 end
+local fields = {}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+local copy
+if maxlen ~= '' then
+  copy = redis.call('XADD', target, 'MAXLEN', '~', maxlen, '*', unpack(fields))
+else
+  copy = redis.call('XADD', target, '*', unpack(fields))
+end
+redis.call('XDEL', source, id)
+return copy
 """

@@ -43,6 +43,10 @@
     "delete": function (b) { return ["/api/v1/dead-letters/delete", {ids: [b.dataset.id]}]; },
     "requeue-filtered": function () { return ["/api/v1/dead-letters/requeue", {filter: filterNow()}]; },
     "delete-filtered": function () { return ["/api/v1/dead-letters/delete", {filter: filterNow()}]; },
+    "promote": function (b) {
+      return ["/api/v1/waiting/" + encodeURIComponent(b.dataset.id) + "/promote",
+              {queue: b.dataset.queue, to: b.dataset.to}];
+    },
     "cancel": function (b) {
       return ["/api/v1/in-flight/" + encodeURIComponent(b.dataset.id) + "/cancel",
               {queue: b.dataset.queue, settle: b.dataset.settle}];
