@@ -68,11 +68,11 @@ async def test_an_operator_s_cancel_aborts_the_request_and_teaches_the_gate_noth
         freed = asyncio.Event()
         try:
             handling = asyncio.create_task(subject.handle(message(), freed.set))
-            await asyncio.to_thread(wait_until, lambda: len(subject.running) == 1, 5)
+            await asyncio.to_thread(wait_until, lambda: len(subject.running) == 1, 20)
             assert subject.running.cancel("q", "m1", by_operator("retry"))
-            await asyncio.wait_for(freed.wait(), 2)
-            await asyncio.wait_for(handling, 5)
-            await asyncio.to_thread(wait_until, lambda: cut_off() == 1, 5)
+            await asyncio.wait_for(freed.wait(), 10)
+            await asyncio.wait_for(handling, 20)
+            await asyncio.to_thread(wait_until, lambda: cut_off() == 1, 20)
         finally:
             await subject._forwarder.close()
     assert driver.calls == [("retry", 2.0)]

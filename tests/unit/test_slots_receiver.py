@@ -40,9 +40,14 @@ def heavy_and_light(concurrency: int) -> Settings:
                             "concurrency": concurrency})
 
 
-async def settle() -> None:
-    for _ in range(20):
+async def settle(until: Callable[[], bool] | None = None) -> None:
+    """Let the receive loop run: until ``until`` holds (10 s at most), then a moment more, in
+    which anything taken beyond it would show; without ``until``, that moment alone."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while until is not None and not until() and loop.time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
 
 
 async def test_a_shrunk_concurrency_takes_nothing_until_a_message_s_slots_fit() -> None:
@@ -57,19 +62,19 @@ async def test_a_shrunk_concurrency_takes_nothing_until_a_message_s_slots_fit() 
     receiver = Receiver(live, dispatcher, worker, observer)  # type: ignore[arg-type]
     await receiver.start()
     try:
-        await settle()
+        await settle(lambda: len(worker.started) >= 3)
         assert worker.started == ["h0", "h1", "h2"]  # 3 x 2 slots of 6
         assert (receiver.slots_in_use, receiver.at_app) == (6, 3)
         live.replace(heavy_and_light(4))
         worker.finish("h0")
-        await settle()
+        await settle(lambda: receiver.slots_in_use == 4)
         assert worker.started == ["h0", "h1", "h2"]  # 4 in use: 4 + 2 does not fit in 4
         assert receiver.slots_in_use == 4
         driver.queues["light"].append("l0")
         await settle()
         assert worker.started == ["h0", "h1", "h2"]  # nor does a light one: 4 of 4
         worker.finish("h1")
-        await settle()
+        await settle(lambda: len(worker.started) >= 4)
         assert worker.started == ["h0", "h1", "h2", "h3"]  # 2 in use: one heavy fits
         assert receiver.slots_in_use == 4
         assert list(driver.queues["light"]) == ["l0"]
@@ -93,11 +98,11 @@ async def test_light_messages_fill_the_slots_a_heavy_one_leaves() -> None:
     receiver = Receiver(settings, dispatcher, worker, observer)  # type: ignore[arg-type]
     await receiver.start()
     try:
-        await settle()
+        await settle(lambda: len(worker.started) >= 3)
         assert worker.started == ["h0", "h1", "l0"]  # 2 + 2 + 1 of 5
         assert (receiver.slots_in_use, receiver.at_app) == (5, 3)
         worker.finish("l0")
-        await settle()
+        await settle(lambda: len(worker.started) >= 4)
         assert worker.started == ["h0", "h1", "l0", "l1"]  # one slot: not the heavy h2
     finally:
         for message_id in list(worker.started):
@@ -120,15 +125,15 @@ async def test_a_reload_changes_a_queue_s_slots_for_what_it_takes_next() -> None
     receiver = Receiver(live, dispatcher, worker, observer)  # type: ignore[arg-type]
     await receiver.start()
     try:
-        await settle()
+        await settle(lambda: len(worker.started) >= 4)
         assert (worker.started, receiver.slots_in_use) == (["h0", "h1", "h2", "h3"], 4)
         driver.queues["heavy"].extend(["h4", "h5"])
         live.replace(heavy_and_light(4))  # heavy: 2 slots each from now on
         worker.finish("h0")
-        await settle()
+        await settle(lambda: receiver.slots_in_use == 3)
         assert len(worker.started) == 4  # 3 in use: a 2-slot message does not fit
         worker.finish("h1")
-        await settle()
+        await settle(lambda: len(worker.started) >= 5)
         assert (worker.started[4:], receiver.slots_in_use) == (["h4"], 4)
     finally:
         for message_id in list(worker.started):
