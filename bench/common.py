@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import platform
-import random
 import shutil
 import socket
 import statistics
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from priority_pubsub.settings.config import Settings, validate_config
+from tests.support.ports import free_port
+from tests.support.processes import stop_process
 
 Run = TypeVar("Run")
 BODY_PAD = "x" * 160
@@ -34,49 +35,6 @@ BODY_PAD = "x" * 160
 
 def sample_body(index: int) -> bytes:
     return json.dumps({"task": index, "kind": "bench", "pad": BODY_PAD}).encode()
-
-
-# Ports the tests and benchmarks hand out come from below Linux's ephemeral range
-# (32768-60999), so no outgoing connection of any process can take one between the test
-# picking it and the server binding it (a port from bind(0) can, and did: "address already
-# in use" under pytest-xdist).
-# Each xdist worker owns its own slice and walks it round, so a port comes back to a worker
-# only after the ~1,500 others of its slice.
-_PORTS_FIRST, _PORTS_END = 20000, 32768
-_SLICES = 8
-_cursor: list[int] = []
-
-
-def _worker_slice() -> range:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    index = int(worker[2:]) if worker[2:].isdigit() else 0
-    width = (_PORTS_END - _PORTS_FIRST) // _SLICES
-    first = _PORTS_FIRST + (index % _SLICES) * width
-    return range(first, first + width)
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on and that no other test worker will pick."""
-    ports = _worker_slice()
-    if not _cursor:
-        _cursor.append(random.randrange(len(ports)))
-    for _ in range(len(ports)):
-        port = ports[_cursor[0] % len(ports)]
-        _cursor[0] += 1
-        if _bindable(port):
-            return port
-    raise RuntimeError(f"no free port left in {ports}")
-
-
 
 
 def wait_for_port(port: int, timeout_s: float = 20.0) -> None:
@@ -117,13 +75,7 @@ class AppProcess:
             return value
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
     def __enter__(self) -> AppProcess:
         return self
@@ -232,13 +184,7 @@ class CliSidecar:
         return total
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 30)
         self._log.close()
 
 
