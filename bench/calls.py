@@ -3,7 +3,7 @@
 The shipped sidecar (one queue, ``--concurrency`` workers, the no-op app) drains a preloaded
 queue of ``--messages``; the broker's API calls over the run (receives, settles, everything
 else the driver sent) are divided by the messages delivered (acked). Where each driver's count
-comes from is in ``bench.counting`` and in each result's ``counted_at``: SQS at moto server
+comes from is in ``bench.harness.counting`` and in each result's ``counted_at``: SQS at moto server
 (its request recorder), Redis at the server (MONITOR, INFO commandstats as cross-check), the
 Pub/Sub emulator by the driver's own RPC counts, RabbitMQ by the AMQP methods the client sent.
 
@@ -27,10 +27,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import EMULATOR, Broker, GcpBroker, MotoSqsBroker, RabbitBroker, RedisBroker
-from bench.common import AppProcess, emit, log, make_settings, run_with_logs_aside, temp_dir
-from bench.counting import WHERE, agreement, counter_for
-from bench.loops import run_sidecar
+from bench.harness.brokers import (
+    EMULATOR,
+    Broker,
+    GcpBroker,
+    MotoSqsBroker,
+    RabbitBroker,
+    RedisBroker,
+)
+from bench.harness.common import AppProcess, emit, log, make_settings, run_with_logs_aside, temp_dir
+from bench.harness.counting import WHERE, agreement, counter_for
+from bench.harness.loops import run_sidecar
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.gcp_pubsub.driver import PubSubDriver

@@ -39,8 +39,8 @@ from typing import Any
 import uvloop
 import yaml
 
-from bench.brokers import Broker, LocalBroker, open_broker, sqs_broker
-from bench.common import (
+from bench.harness.brokers import Broker, LocalBroker, open_broker, sqs_broker
+from bench.harness.common import (
     AppProcess,
     CliSidecar,
     emit,

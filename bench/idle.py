@@ -8,7 +8,7 @@ message is published from this (another) process, several times, and the time un
 reaches the app is measured.
 
 sqs (``--driver sqs``; ministack when installed, else moto server: the queues are empty):
-an in-process sidecar with three empty queues; every request counted by ``bench.counting``
+an in-process sidecar with three empty queues; every request counted by ``bench.harness.counting``
 (moto's request recorder, at the broker; on ministack the client's ``before-send`` hook),
 all operations in ``calls_per_min_per_queue_total`` (now that settles are batched, an idle
 sidecar still settles nothing); pickup is timed from SendMessage (by this process) to the app.
@@ -50,8 +50,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import Broker, GcpBroker, LocalBroker, RabbitBroker, RedisBroker, sqs_broker
-from bench.common import (
+from bench.harness.brokers import (
+    Broker,
+    GcpBroker,
+    LocalBroker,
+    RabbitBroker,
+    RedisBroker,
+    sqs_broker,
+)
+from bench.harness.common import (
     AppProcess,
     CliSidecar,
     emit,
@@ -65,7 +72,7 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from bench.counting import WHERE, counter_for
+from bench.harness.counting import WHERE, counter_for
 from priority_pubsub.drivers.base import Publisher
 from priority_pubsub.drivers.local.driver import LocalDriver
 from priority_pubsub.drivers.registry import build_driver
@@ -138,7 +145,7 @@ def summary(elapsed: float, receives: float, pickups: list[float],
 class IdleWay:
     """How one driver's idle cost is measured. ``cli``: the CLI sidecar as a subprocess, its
     receive calls from its own metrics and its CPU from /proc; else an in-process sidecar
-    whose broker calls ``bench.counting`` counts (``receives`` names the receive calls among
+    whose broker calls ``bench.harness.counting`` counts (``receives`` names the receive calls among
     them). ``during``: more to measure in the window (it must last ``window_s``)."""
 
     broker: Callable[[Path], Broker]
@@ -226,7 +233,7 @@ async def inprocess_idle(name: str, way: IdleWay, broker: Broker, directory: Pat
                          app: AppProcess, window_s: float, publish: Publish,
                          trials: int) -> dict[str, Any]:
     """An in-process sidecar on three empty queues: its broker calls counted over the window
-    (``bench.counting``, at the broker where it can), this process's CPU, pickup times."""
+    (``bench.harness.counting``, at the broker where it can), this process's CPU, pickup times."""
     settings = make_settings(directory, broker.driver_config(), QUEUES,
                              app_url=app.url, concurrency=4)
     driver = build_driver(settings)

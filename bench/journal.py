@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import LocalBroker
-from bench.common import (
+from bench.harness.brokers import LocalBroker
+from bench.harness.common import (
     AppProcess,
     emit,
     log,
@@ -32,7 +32,7 @@ from bench.common import (
     run_with_logs_aside,
     temp_dir,
 )
-from bench.loops import run_sidecar
+from bench.harness.loops import run_sidecar
 from priority_pubsub.settings.config import validate_config
 from priority_pubsub.telemetry.journal import JournalRecord, JournalWriter
 

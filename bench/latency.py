@@ -20,8 +20,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench.brokers import LocalBroker
-from bench.common import (
+from bench.harness.brokers import LocalBroker
+from bench.harness.common import (
     AppProcess,
     emit,
     log,
@@ -34,7 +34,7 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from bench.loops import Probe, client_session, to_request
+from bench.harness.loops import Probe, client_session, to_request
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.local.driver import LocalDriver
 from priority_pubsub.drivers.registry import build_driver

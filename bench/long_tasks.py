@@ -47,9 +47,18 @@ from typing import Any
 
 from aiohttp import web
 
-from bench.brokers import LocalBroker
-from bench.common import emit, log, make_settings, median_of, percentile, ratio, rounded, temp_dir
-from bench.common import run_with_logs_aside as run_quietly
+from bench.harness.brokers import LocalBroker
+from bench.harness.common import (
+    emit,
+    log,
+    make_settings,
+    median_of,
+    percentile,
+    ratio,
+    rounded,
+    temp_dir,
+)
+from bench.harness.common import run_with_logs_aside as run_quietly
 from priority_pubsub.drivers.local.driver import LocalDriver
 from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.sidecar import Sidecar

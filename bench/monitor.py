@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.brokers import LocalBroker
-from bench.common import (
+from bench.harness.brokers import LocalBroker
+from bench.harness.common import (
     AppProcess,
     CliSidecar,
     emit,

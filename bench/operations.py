@@ -61,8 +61,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bench.brokers import LocalBroker
-from bench.common import CliSidecar, emit, git_worktree, log, median
+from bench.harness.brokers import LocalBroker
+from bench.harness.common import CliSidecar, emit, git_worktree, log, median
 
 if TYPE_CHECKING:
     from tests.support.kube_api import KubeApiStandIn

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import LocalBroker
-from bench.common import (
+from bench.harness.brokers import LocalBroker
+from bench.harness.common import (
     AppProcess,
     emit,
     log,
@@ -38,7 +38,7 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from bench.loops import Probe, run_sidecar
+from bench.harness.loops import Probe, run_sidecar
 from priority_pubsub.drivers.local.driver import LocalDriver
 from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.sidecar import Sidecar

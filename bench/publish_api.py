@@ -29,7 +29,7 @@ import grpc
 from dapr.proto.runtime.v1 import dapr_pb2_grpc
 from dapr.proto.runtime.v1.pubsub_pb2 import PublishEventRequest
 
-from bench.common import (
+from bench.harness.common import (
     AppProcess,
     CliSidecar,
     emit,

@@ -14,7 +14,7 @@ JVM, timed end to end, as an operator's hourly run):
 - ``full_s``: the state built from the history alone (``--full``, ``--full-rounds`` runs);
 - ``incremental_s``: the new files on top of that state (a fresh copy of it each round);
 - ``duckdb_s``: DuckDB's core aggregates over the same new files
-  (``bench.duckdb_reference``, as many rounds);
+  (``bench.harness.duckdb_reference``, as many rounds);
 - ``one_pass_s``: the report as it was before it became incremental (``--one-pass-commit``,
   a git worktree of that commit: one pass over every journal file, no state), run on the
   same history beside each full rebuild, so the rebuild's target (issue 31: <= 1.1x the
@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.common import emit, git_worktree, log
+from bench.harness.common import emit, git_worktree, log
 from priority_pubsub.analytics.jvm import ARCHIVE_ENV
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def write_journal(
     """``n`` records enqueued evenly over [start, start + span), as journal files."""
     from pyspark.sql import functions as F
 
-    from bench.bench_report import record_columns
+    from bench.harness.journal_records import record_columns
     from priority_pubsub.telemetry.journal import JOURNAL_FIELDS
 
     columns = record_columns(n, start_ms, span_ms, first_id)
@@ -139,7 +139,7 @@ def one_pass_process(
 
 def generate(spark: SparkSession, history: int, new: int, base: Path) -> float:
     """Write the history and the new files under ``base`` (kept ones reused); seconds taken."""
-    from bench.bench_report import T0
+    from bench.harness.journal_records import T0
 
     done = base / ".generated"
     if done.exists() and done.read_text() == f"{history} {new}":
@@ -167,7 +167,7 @@ def bench_history(
 ) -> dict[str, Any]:
     """The full rebuilds and incremental runs on one generated history (``generate``); with
     ``one_pass`` (a tree of the one-pass report), that report before each full rebuild."""
-    from bench.bench_report import _reference
+    from bench.harness.duckdb_reference import reference_rounds
 
     base = work / f"history-{history}"
     journals = base / "journals"
@@ -217,7 +217,7 @@ def bench_history(
             summaries.append(summary)
             logs.append(log_path)
             log(f"{history:,} history + {new:,} new: {took:.1f} s ({summary['jvm']})")
-    reference = _reference(str(base / "new" / "journal-new-*.jsonl"), 2, rounds)
+    duckdb = reference_rounds(str(base / "new" / "journal-new-*.jsonl"), 2, rounds)
     middle = incremental_runs.index(statistics.median_low(incremental_runs))
     full_middle = full_runs.index(statistics.median_low(full_runs))
     result = {
@@ -235,7 +235,7 @@ def bench_history(
         "incremental_no_archive_s": round(statistics.median(without_archive), 2),
         "incremental_no_archive_rounds_s": [round(x, 2) for x in without_archive],
         "hours_recomputed": len(summaries[middle]["hours_recomputed"]),
-        "duckdb_s": reference["total_s"] if reference else None,
+        "duckdb_s": duckdb["total_s"] if duckdb else None,
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     if one_pass_runs:

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import EMULATOR, MINISTACK, RabbitBroker, RedisBroker
-from bench.common import format_table, machine_info
+from bench.harness.brokers import EMULATOR, MINISTACK, RabbitBroker, RedisBroker
+from bench.harness.common import format_table, machine_info
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
+from bench.harness.common import (
     AppProcess,
     CliSidecar,
     emit,

@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import LocalBroker
-from bench.common import (
+from bench.harness.brokers import LocalBroker
+from bench.harness.common import (
     AppProcess,
     emit,
     log,
@@ -42,7 +42,7 @@ from bench.common import (
     run_with_logs_aside,
     temp_dir,
 )
-from bench.loops import naive_forwarder, run_sidecar
+from bench.harness.loops import naive_forwarder, run_sidecar
 from priority_pubsub.drivers.local.sqlite_worker import SqliteWorker
 
 MODES = ("c", "d")

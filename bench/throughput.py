@@ -32,8 +32,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import Broker, open_broker
-from bench.common import (
+from bench.harness.brokers import Broker, open_broker
+from bench.harness.common import (
     AppProcess,
     emit,
     log,
@@ -45,7 +45,7 @@ from bench.common import (
     sample_body,
     temp_dir,
 )
-from bench.loops import (
+from bench.harness.loops import (
     Result,
     app_limit,
     broker_limit,

@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.common import emit, log, median_of, ratio
+from bench.harness.common import emit, log, median_of, ratio
 
 HERE = Path(__file__).resolve().parent.parent
 

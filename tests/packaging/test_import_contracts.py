@@ -24,8 +24,9 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_tree(destination: Path) -> Path:
-    shutil.copytree(ROOT / PACKAGE, destination / PACKAGE,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in (PACKAGE, "bench"):  # the contracts' root packages
+        shutil.copytree(ROOT / package, destination / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", destination)
     return destination
 
@@ -33,7 +34,7 @@ def copy_tree(destination: Path) -> Path:
 def test_the_layers_contract_is_kept() -> None:
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "1 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 def test_an_upward_import_inside_a_function_breaks_the_contract(tmp_path: Path) -> None:
@@ -55,6 +56,28 @@ def test_a_new_top_level_module_must_be_given_a_layer(tmp_path: Path) -> None:
     result = lint_imports(tree)
     assert result.returncode == 1, result.stdout[-3000:]
     assert "priority_pubsub.stray" in result.stdout
+
+
+def test_an_import_cycle_in_bench_breaks_its_contract(tmp_path: Path) -> None:
+    tree = copy_tree(tmp_path)
+    detector = tree / "bench" / "rss_growth.py"  # bench.soak imports it
+    detector.write_text(detector.read_text() + (
+        "\n\ndef _back() -> None:\n"
+        "    from bench import soak  # noqa: F401\n"))
+    result = lint_imports(tree)
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "No cycles are allowed in bench." in result.stdout
+
+
+def test_the_harness_imports_no_benchmark(tmp_path: Path) -> None:
+    tree = copy_tree(tmp_path)
+    common = tree / "bench" / "harness" / "common.py"
+    common.write_text(common.read_text() + (
+        "\n\ndef _upward() -> None:\n"
+        "    from bench import latency  # noqa: F401\n"))
+    result = lint_imports(tree)
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "bench.harness is not allowed to import bench.latency" in result.stdout
 
 
 def test_the_package_has_no_import_cycle() -> None:

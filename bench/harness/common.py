@@ -47,12 +47,12 @@ def wait_for_port(port: int, timeout_s: float = 20.0) -> None:
 
 
 class AppProcess:
-    """``bench.noop_app`` in its own process (uvicorn raw ASGI, uvloop, httptools)."""
+    """``bench.harness.noop_app`` in its own process (uvicorn raw ASGI, uvloop, httptools)."""
 
     def __init__(self, *, record: bool = False, delay_ms: float = 0.0,
                  port: int | None = None) -> None:
         self.port = port or free_port()  # a port: "the same app" back after an outage
-        command = [sys.executable, "-m", "bench.noop_app", "--port", str(self.port)]
+        command = [sys.executable, "-m", "bench.harness.noop_app", "--port", str(self.port)]
         if record:
             command.append("--record")
         if delay_ms:
@@ -307,7 +307,7 @@ def git_worktree(commit: str, tree: Path, stack: contextlib.ExitStack) -> Path |
     """A git worktree of ``commit`` at ``tree`` (this checkout's repository), removed when
     ``stack`` closes; None (said in the log) when none can be made (no git, or a clone
     without that commit). Run its code with ``cwd`` and ``PYTHONPATH`` set to it."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     remove = ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)]
     if tree.exists():
         subprocess.run(remove, capture_output=True, check=False)
