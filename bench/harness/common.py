@@ -84,21 +84,11 @@ class AppProcess:
         self.stop()
 
 
-def make_settings(
-    directory: Path,
-    driver: dict[str, Any],
-    queues: Sequence[str | dict[str, Any]],
-    *,
-    app_url: str,
-    concurrency: int,
-    scheduling: str = "strict",
-    journal: bool = True,
-    lease_s: float = 60,
-) -> Settings:
-    """The shipped defaults, plus what a benchmark must pin (queues, app, ports, paths)."""
-    return validate_config(raw_config(directory, driver, queues, app_url=app_url,
-                                      concurrency=concurrency, scheduling=scheduling,
-                                      journal=journal, lease_s=lease_s))
+def make_settings(directory: Path, driver: dict[str, Any], queues: Sequence[str | dict[str, Any]],
+                  **options: Any) -> Settings:
+    """``raw_config`` (its keyword options), validated: the settings an in-process sidecar
+    runs with."""
+    return validate_config(raw_config(directory, driver, queues, **options))
 
 
 def raw_config(
@@ -113,6 +103,7 @@ def raw_config(
     lease_s: float = 60,
     port: int = 0,
 ) -> dict[str, Any]:
+    """The shipped defaults, plus what a benchmark must pin (queues, app, ports, paths)."""
     raw: dict[str, Any] = {
         "driver": driver,
         "queues": [q if isinstance(q, dict) else {"name": q} for q in queues],

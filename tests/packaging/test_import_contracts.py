@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.packaging.import_graph import PACKAGE, cycles, import_graph, module_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,26 +60,20 @@ def test_a_new_top_level_module_must_be_given_a_layer(tmp_path: Path) -> None:
     assert "priority_pubsub.stray" in result.stdout
 
 
-def test_an_import_cycle_in_bench_breaks_its_contract(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("module", "imported", "broken"), [
+    ("rss_growth", "soak", "No cycles are allowed in bench."),  # bench.soak imports it
+    ("harness/common", "latency", "bench.harness is not allowed to import bench.latency"),
+])
+def test_bench_contracts_fail_on_a_cycle_and_on_the_harness_importing_a_benchmark(
+    tmp_path: Path, module: str, imported: str, broken: str,
+) -> None:
     tree = copy_tree(tmp_path)
-    detector = tree / "bench" / "rss_growth.py"  # bench.soak imports it
-    detector.write_text(detector.read_text() + (
-        "\n\ndef _back() -> None:\n"
-        "    from bench import soak  # noqa: F401\n"))
+    path = tree / "bench" / f"{module}.py"
+    path.write_text(path.read_text() + (
+        f"\n\ndef _back() -> None:\n    from bench import {imported}  # noqa: F401\n"))
     result = lint_imports(tree)
     assert result.returncode == 1, result.stdout[-3000:]
-    assert "No cycles are allowed in bench." in result.stdout
-
-
-def test_the_harness_imports_no_benchmark(tmp_path: Path) -> None:
-    tree = copy_tree(tmp_path)
-    common = tree / "bench" / "harness" / "common.py"
-    common.write_text(common.read_text() + (
-        "\n\ndef _upward() -> None:\n"
-        "    from bench import latency  # noqa: F401\n"))
-    result = lint_imports(tree)
-    assert result.returncode == 1, result.stdout[-3000:]
-    assert "bench.harness is not allowed to import bench.latency" in result.stdout
+    assert broken in result.stdout
 
 
 def test_the_package_has_no_import_cycle() -> None:
