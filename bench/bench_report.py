@@ -18,7 +18,7 @@ difference is the JVM's just-in-time compilation, not the report's work. ``steps
 each report step's wall time; ``--event-log`` also keeps Spark's event log (every job is
 described ``report: <step>``, so its stages can be read per step in the Spark history
 server). Prints one JSON document on stdout and a short table on stderr
-(``bench.harness.common.emit``).
+(``bench.harness.output.emit``).
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.harness.common import emit, log, median_run
 from bench.harness.duckdb_reference import reference_rounds
 from bench.harness.journal_records import record_columns
+from bench.harness.output import emit, log
 from bench.harness.rendering import Rendering, Rows, met
+from bench.harness.stats import median_run
 from priority_pubsub.analytics.report import run_report
 from priority_pubsub.analytics.tuning import OWN_SESSION
 from priority_pubsub.telemetry.journal import JOURNAL_FIELDS

@@ -35,10 +35,13 @@ from bench.harness.brokers import (
     RabbitBroker,
     RedisBroker,
 )
-from bench.harness.common import AppProcess, emit, log, make_settings, run_with_logs_aside, temp_dir
+from bench.harness.config import make_settings
 from bench.harness.counting import WHERE, agreement, counter_for
 from bench.harness.loops import run_sidecar
+from bench.harness.output import emit, log, run_with_logs_aside
+from bench.harness.processes import AppProcess
 from bench.harness.rendering import Rendering, Rows, format_md, met
+from bench.harness.system import temp_dir
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.gcp_pubsub.driver import PubSubDriver

@@ -40,19 +40,13 @@ import uvloop
 import yaml
 
 from bench.harness.brokers import Broker, LocalBroker, open_broker, sqs_broker
-from bench.harness.common import (
-    AppProcess,
-    CliSidecar,
-    emit,
-    free_port,
-    log,
-    median,
-    proc_rss_mb,
-    raw_config,
-    rounded,
-    temp_dir,
-)
+from bench.harness.config import raw_config
+from bench.harness.output import emit, log
+from bench.harness.processes import AppProcess, CliSidecar
 from bench.harness.rendering import Rendering, Rows, format_md, hand_measured, met
+from bench.harness.stats import median, rounded
+from bench.harness.system import proc_rss_mb, temp_dir
+from tests.support.ports import free_port
 
 DRIVERS = ("local", "local+publish_api", "dapr+publish_api", "sqs", "gcp_pubsub",
            "azure_servicebus", "redis", "rabbitmq")

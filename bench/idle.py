@@ -58,22 +58,13 @@ from bench.harness.brokers import (
     RedisBroker,
     sqs_broker,
 )
-from bench.harness.common import (
-    AppProcess,
-    CliSidecar,
-    emit,
-    log,
-    make_settings,
-    median,
-    proc_cpu_s,
-    raw_config,
-    rounded,
-    run_with_logs_aside,
-    sample_body,
-    temp_dir,
-)
+from bench.harness.config import make_settings, raw_config, sample_body
 from bench.harness.counting import WHERE, counter_for
+from bench.harness.output import emit, log, run_with_logs_aside
+from bench.harness.processes import AppProcess, CliSidecar
 from bench.harness.rendering import Rendering, Rows, met
+from bench.harness.stats import median, rounded
+from bench.harness.system import proc_cpu_s, temp_dir
 from priority_pubsub.drivers.base import Publisher
 from priority_pubsub.drivers.local.driver import LocalDriver
 from priority_pubsub.drivers.registry import build_driver

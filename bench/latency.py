@@ -21,21 +21,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.harness.brokers import LocalBroker
-from bench.harness.common import (
-    AppProcess,
-    emit,
-    log,
-    make_settings,
-    median,
-    percentile,
-    ratio,
-    rounded,
-    run_with_logs_aside,
-    sample_body,
-    temp_dir,
-)
+from bench.harness.config import make_settings, sample_body
 from bench.harness.loops import Probe, client_session, forward_and_ack
+from bench.harness.output import emit, log, run_with_logs_aside
+from bench.harness.processes import AppProcess
 from bench.harness.rendering import Rendering, Rows, met
+from bench.harness.stats import median, percentile, ratio, rounded
+from bench.harness.system import temp_dir
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.local.driver import LocalDriver
 from priority_pubsub.drivers.registry import build_driver

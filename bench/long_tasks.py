@@ -48,18 +48,12 @@ from typing import Any
 from aiohttp import web
 
 from bench.harness.brokers import LocalBroker
-from bench.harness.common import (
-    emit,
-    log,
-    make_settings,
-    median_of,
-    percentile,
-    ratio,
-    rounded,
-    temp_dir,
-)
-from bench.harness.common import run_with_logs_aside as run_quietly
+from bench.harness.config import make_settings
+from bench.harness.output import emit, log
+from bench.harness.output import run_with_logs_aside as run_quietly
 from bench.harness.rendering import Rendering, Rows, met
+from bench.harness.stats import median_of, percentile, ratio, rounded
+from bench.harness.system import temp_dir
 from priority_pubsub.drivers.local.driver import LocalDriver
 from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.sidecar import Sidecar

@@ -30,19 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.harness.brokers import LocalBroker
-from bench.harness.common import (
-    AppProcess,
-    CliSidecar,
-    emit,
-    log,
-    median_of,
-    median_ratio,
-    proc_cpu_s,
-    raw_config,
-    rounded,
-    temp_dir,
-)
+from bench.harness.config import raw_config
+from bench.harness.output import emit, log
+from bench.harness.processes import AppProcess, CliSidecar
 from bench.harness.rendering import Rendering, Rows, met
+from bench.harness.stats import median_of, median_ratio, rounded
+from bench.harness.system import proc_cpu_s, temp_dir
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser

@@ -62,8 +62,10 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from bench.harness.brokers import LocalBroker
-from bench.harness.common import CliSidecar, emit, git_worktree, log, median
+from bench.harness.output import emit, log
+from bench.harness.processes import CliSidecar, git_worktree
 from bench.harness.rendering import Rendering, Rows, format_md, met
+from bench.harness.stats import median
 
 if TYPE_CHECKING:
     from tests.support.kube_api import KubeApiStandIn

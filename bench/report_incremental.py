@@ -41,7 +41,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.harness.common import emit, git_worktree, log
+from bench.harness.output import emit, log
+from bench.harness.processes import git_worktree
 from bench.harness.rendering import Rendering, Rows, format_md, met
 from priority_pubsub.analytics.jvm import ARCHIVE_ENV
 

@@ -42,8 +42,9 @@ from bench import (
     versus,
 )
 from bench.harness.brokers import EMULATOR, MINISTACK, RabbitBroker, RedisBroker
-from bench.harness.common import format_table, machine_info
+from bench.harness.output import format_table
 from bench.harness.rendering import Rendering, Rows, format_md
+from bench.harness.system import machine_info
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -30,18 +30,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness.common import (
-    AppProcess,
-    CliSidecar,
-    emit,
-    log,
-    proc_rss_mb,
-    raw_config,
-    rounded,
-    sample_body,
-    temp_dir,
-)
+from bench.harness.config import raw_config, sample_body
+from bench.harness.output import emit, log
+from bench.harness.processes import AppProcess, CliSidecar
 from bench.harness.rendering import Rendering, format_md
+from bench.harness.stats import rounded
+from bench.harness.system import proc_rss_mb, temp_dir
 from bench.rss_growth import LIMIT_MB, rss_growth
 from priority_pubsub.drivers.base import DriverContext
 from priority_pubsub.drivers.local.driver import LocalDriver, LocalOptions

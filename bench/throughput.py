@@ -33,18 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness.brokers import Broker, open_broker
-from bench.harness.common import (
-    AppProcess,
-    emit,
-    log,
-    make_settings,
-    median_of,
-    median_ratio,
-    rounded,
-    run_with_logs_aside,
-    sample_body,
-    temp_dir,
-)
+from bench.harness.config import make_settings, sample_body
 from bench.harness.loops import (
     Result,
     app_limit,
@@ -54,7 +43,11 @@ from bench.harness.loops import (
     run_sidecar,
     to_request,
 )
+from bench.harness.output import emit, log, run_with_logs_aside
+from bench.harness.processes import AppProcess
 from bench.harness.rendering import Rendering, Rows, format_md, met
+from bench.harness.stats import median_of, median_ratio, rounded
+from bench.harness.system import temp_dir
 
 MODES = ("a", "b", "c", "d", "d3")
 DEFAULT_MESSAGES = {"local": 2000, "sqs": 300, "gcp_pubsub": 1000, "redis": 2000,

@@ -20,8 +20,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.harness.common import emit, log, median_of, ratio
+from bench.harness.output import emit, log
 from bench.harness.rendering import format_md
+from bench.harness.stats import median_of, ratio
 
 HERE = Path(__file__).resolve().parent.parent
 

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.harness.common import sample_body
+from bench.harness.config import sample_body
 from priority_pubsub.drivers.base import DriverContext
 from priority_pubsub.drivers.local.driver import LocalDriver, LocalOptions
 from tests.support.ports import free_port

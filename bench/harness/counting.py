@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from bench.harness.brokers import Broker, MotoSqsBroker, RabbitBroker, RedisBroker
-from bench.harness.common import log
+from bench.harness.output import log
 from priority_pubsub.drivers.base import Driver
 
 WHERE = {

@@ -14,7 +14,8 @@ import importlib.util
 import time
 from typing import Any
 
-from bench.harness.common import log, median_run
+from bench.harness.output import log
+from bench.harness.stats import median_run
 from priority_pubsub.telemetry.journal import JOURNAL_FIELDS
 
 DUCK_TYPES = {"int": "INTEGER", "long": "BIGINT", "double": "DOUBLE", "string": "VARCHAR"}

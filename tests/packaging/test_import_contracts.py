@@ -62,7 +62,7 @@ def test_a_new_top_level_module_must_be_given_a_layer(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("module", "imported", "broken"), [
     ("rss_growth", "soak", "No cycles are allowed in bench."),  # bench.soak imports it
-    ("harness/common", "latency", "bench.harness is not allowed to import bench.latency"),
+    ("harness/output", "latency", "bench.harness is not allowed to import bench.latency"),
 ])
 def test_bench_contracts_fail_on_a_cycle_and_on_the_harness_importing_a_benchmark(
     tmp_path: Path, module: str, imported: str, broken: str,
