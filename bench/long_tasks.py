@@ -369,7 +369,7 @@ def main() -> None:
 
 
 def targets(result: dict[str, Any]) -> Rows:
-    """a reserved worker serves high at once; it costs low only its own share."""
+    """A reserved worker serves high at once; it costs low only its own share."""
     reserved, rounds = result["reserve_1"], result["rounds"]
     baseline = result["no_reserve"]["high_wait_max_s"]
     ratio_ = result["low_throughput_ratio_over_expected"]

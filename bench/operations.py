@@ -628,7 +628,7 @@ def section(result: dict[str, Any]) -> list[str]:
 
 
 def targets(result: dict[str, Any]) -> Rows:
-    """a reload, and a scale-in with ``finish``, throw nothing away; a reload is
+    """A reload, and a scale-in with ``finish``, throw nothing away; a reload is
     applied within 5 s of the file change."""
     rows: Rows = []
     operations = result.get("operations", {})
