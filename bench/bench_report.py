@@ -7,7 +7,7 @@ For each size, Spark itself writes a journal of that many records (one JSON line
 priorities over 24 hours, realistic outcome mix and ~10 % second attempts), then the whole
 report runs on it ``--rounds`` times in the same session and is timed (Spark start-up
 excluded: one session for all sizes), and the reference row times DuckDB computing the
-report's core aggregates on the same files (``bench.duckdb_reference``, median of as many
+report's core aggregates on the same files (``bench.harness.duckdb_reference``, median of as many
 rounds; skipped if duckdb is not installed); ``ratio`` is Spark's time over DuckDB's.
 
 ``report_s`` is the first run: what one ``priority-pubsub report`` costs, on a JVM that has
@@ -18,13 +18,12 @@ difference is the JVM's just-in-time compilation, not the report's work. ``steps
 each report step's wall time; ``--event-log`` also keeps Spark's event log (every job is
 described ``report: <step>``, so its stages can be read per step in the Spark history
 server). Prints one JSON document on stdout and a short table on stderr
-(``bench.common.emit``).
+(``bench.harness.output.emit``).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import tempfile
@@ -32,62 +31,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.common import emit, log, median_run
+from bench.harness.duckdb_reference import reference_rounds
+from bench.harness.journal_records import record_columns
+from bench.harness.output import emit, log
+from bench.harness.rendering import Rendering, Rows, met
+from bench.harness.stats import median_run
 from priority_pubsub.analytics.report import run_report
 from priority_pubsub.analytics.tuning import OWN_SESSION
-from priority_pubsub.telemetry.journal import JOURNAL_FIELDS, SCHEMA_VERSION
+from priority_pubsub.telemetry.journal import JOURNAL_FIELDS
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
-
-T0 = 1_714_521_600_000  # 2024-05-01T00:00:00Z
-DAY_MS = 86_400_000
-
-
-def record_columns(
-    n: int, start_ms: int = T0, span_ms: int = DAY_MS, first_id: int = 0
-) -> dict[str, Column]:
-    """One expression per journal field, keyed by name (checked against JOURNAL_FIELDS):
-    record ``id`` (from ``first_id``, ``n`` of them) enqueued evenly over the span."""
-    from pyspark.sql import functions as F
-
-    i = F.col("id")
-    h = F.abs(F.xxhash64(i))
-    priority = (i % 3).cast("int")
-    retried = (h % 10) == 0
-    roll = (h / 7 % 100).cast("int")
-    enqueued = F.lit(start_ms) + ((i - first_id) * span_ms / n).cast("long")
-    wait = (h % 5_000 + 1) * (priority + 1) * (priority + 1)
-    received = enqueued + wait + F.when(retried, 30_000).otherwise(0)
-    proc = h / 13 % 60_000 + 50
-    outcome = (
-        F.when(roll < 88, "ack").when(roll < 95, "retry").when(roll < 98, "dead").otherwise("drop")
-    )
-    reason = (
-        F.when(outcome == "dead", "fatal status 422")
-        .when(outcome == "drop", "app returned 404")
-        .when(outcome == "retry", "status 503")
-    )
-    columns = {
-        "v": F.lit(SCHEMA_VERSION),
-        "message_id": F.concat(F.lit("m-"), i.cast("string")),
-        "queue": F.element_at(F.array(*map(F.lit, ("high", "normal", "low"))), priority + 1),
-        "priority": priority,
-        "driver": F.lit("sqs"),
-        "attempt": F.when(retried, 2).otherwise(1),
-        "enqueued_ms": enqueued,
-        "received_ms": received,
-        "forwarded_ms": received + 3,
-        "settled_ms": (received + 3 + proc).cast("long"),
-        "outcome": outcome,
-        "http_status": F.when(outcome == "ack", 200).when(outcome == "dead", 422),
-        "reason": reason,
-        "bytes": (h % 4096 + 64),
-        "promoted_after_s": F.lit(None).cast("double"),
-    }
-    assert set(columns) == {f.name for f in JOURNAL_FIELDS}
-    return columns
-
+    from pyspark.sql import SparkSession
 
 def generate(spark: SparkSession, n: int, directory: Path) -> float:
     from pyspark.sql import functions as F
@@ -112,7 +66,7 @@ def bench(spark: SparkSession, n: int, work: Path, rounds: int = 1) -> dict[str,
     for summary in runs:
         assert summary.lines.valid == n, summary.lines
     first, warm = runs[0], median_run(runs[1:], key=lambda s: s.elapsed_s)
-    reference = _reference(files, spark.sparkContext.defaultParallelism, rounds)
+    reference = reference_rounds(files, spark.sparkContext.defaultParallelism, rounds)
     duck_s = reference["total_s"] if reference else None
     return {
         "records": n,
@@ -131,21 +85,6 @@ def bench(spark: SparkSession, n: int, work: Path, rounds: int = 1) -> dict[str,
         "ratio_to_reference": round(first.elapsed_s / duck_s, 1) if duck_s else None,
         "warm_ratio_to_reference": round(warm.elapsed_s / duck_s, 1) if warm and duck_s else None,
     }
-
-
-def _reference(files: str, threads: int, rounds: int = 1) -> dict[str, Any] | None:
-    """DuckDB on the same files with as many threads as Spark has cores, the run of median
-    total time of ``rounds`` (None: no duckdb)."""
-    if importlib.util.find_spec("duckdb") is None:
-        log("duckdb is not installed: no reference row (pip install -e '.[dev]')")
-        return None
-    from bench.duckdb_reference import duckdb_reference
-
-    results = [duckdb_reference(files, threads=threads) for _ in range(max(1, rounds))]
-    result = median_run(results, key=lambda r: float(r["total_s"]))
-    assert result is not None  # at least one round
-    assert result["records"] > 0, result
-    return {**result, "rounds_total_s": sorted(r["total_s"] for r in results)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,6 +165,30 @@ def _incremental(argv: list[str]) -> int:
     add_arguments(parser)
     emit_results(run(parser.parse_args(argv)), name="bench_report")
     return 0
+
+
+SPARK_LIMITS_S = {1_000_000: 10.0, 10_000_000: 90.0}
+
+
+def targets(result: dict[str, Any]) -> Rows:
+    rows: Rows = []
+    for r in result.get("results", []):
+        n = r["records"]
+        if n in SPARK_LIMITS_S:
+            warm = r.get("warm_report_s")
+            first = ("first run of the JVM" if r.get("fresh_jvm") else
+                     "first run at this size, on the JVM the smaller size warmed")
+            rows.append([f"Spark report {n // 1_000_000} M records <= "
+                         f"{SPARK_LIMITS_S[n]:g} s ({first}"
+                         + (f"; later runs: median {warm} s" if warm else "") + ")",
+                         r["report_s"], met(SPARK_LIMITS_S[n], r["report_s"])])
+        rows.append([f"Spark report {n:,} records <= 10x DuckDB (DuckDB "
+                     f"{r['reference']['total_s'] if r.get('reference') else '-'} s)",
+                     r["ratio_to_reference"], met(10, r["ratio_to_reference"])])
+    return rows
+
+
+RENDERING = Rendering(targets=targets)
 
 
 if __name__ == "__main__":

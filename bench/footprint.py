@@ -39,19 +39,14 @@ from typing import Any
 import uvloop
 import yaml
 
-from bench.brokers import Broker, LocalBroker, open_broker, sqs_broker
-from bench.common import (
-    AppProcess,
-    CliSidecar,
-    emit,
-    free_port,
-    log,
-    median,
-    proc_rss_mb,
-    raw_config,
-    rounded,
-    temp_dir,
-)
+from bench.harness.brokers import Broker, LocalBroker, open_broker, sqs_broker
+from bench.harness.config import raw_config
+from bench.harness.output import emit, log
+from bench.harness.processes import AppProcess, CliSidecar
+from bench.harness.rendering import Rendering, Rows, format_md, hand_measured, met
+from bench.harness.stats import median, rounded
+from bench.harness.system import proc_rss_mb, temp_dir
+from tests.support.ports import free_port
 
 DRIVERS = ("local", "local+publish_api", "dapr+publish_api", "sqs", "gcp_pubsub",
            "azure_servicebus", "redis", "rabbitmq")
@@ -256,6 +251,64 @@ def main() -> None:
           "idle - bare MB"],
          [[name, *(values.get(key) for key in keys)]
           for name, values in result["drivers"].items()])
+
+
+def section(result: dict[str, Any]) -> list[str]:
+    """One row per driver, then what the resident set is made of (measured by hand, kept in
+    the docs)."""
+    rows = [[driver, r.get("startup_to_ready_median_s"), r.get("startup_cpu_median_s"),
+             r.get("startup_run_queue_median_s", "-"), r.get("startup_blocked_median_s", "-"),
+             r.get("rss_idle_mb"), r.get("rss_peak_under_load_mb"), r.get("rss_after_load_mb"),
+             r.get("bare_sdk_client_rss_mb"), r.get("above_bare_sdk_mb"),
+             r.get("load_messages")]
+            for driver, r in result.get("drivers", {}).items() if "skipped" not in r]
+    return [f"medians of {result.get('starts')} starts; RSS from /proc. Of the time to ready, "
+            "the main thread's wait for a CPU (run queue: the machine's other work) and the "
+            "time it was blocked (sleeping, files, sockets, threads), from "
+            "/proc/PID/schedstat; the rest is its time on a CPU. `dapr+publish_api`: Dapr "
+            "mode on a `pubsub.redis` component with the publish API on.", "",
+            format_md(["driver", "ready s", "CPU s to ready", "run queue s", "blocked s",
+                       "RSS idle MB", "RSS peak load MB", "RSS after MB",
+                       "bare SDK client MB", "idle - bare MB", "messages"], rows), "",
+            *hand_measured("What the resident set is made of")]
+
+
+def targets(result: dict[str, Any]) -> Rows:
+    """RSS idle (local, above the bare SDK client, publish API), under load, and
+    time to ready."""
+    rows: Rows = []
+    for driver, r in result.get("drivers", {}).items():
+        if "skipped" in r:
+            continue
+        if driver == "local":
+            rows += [["RSS idle, local <= 35 MB", r["rss_idle_mb"], met(35, r["rss_idle_mb"])],
+                     [f"time to ready, local <= 0.5 s{_ready_breakdown(r)}",
+                      r["startup_to_ready_median_s"], met(0.5, r["startup_to_ready_median_s"])]]
+        elif driver == "dapr+publish_api":
+            rows.append(["RSS idle, Dapr mode with the publish API (pubsub.redis) <= 55 MB",
+                         r["rss_idle_mb"], met(55, r["rss_idle_mb"])])
+        elif driver == "local+publish_api":
+            rows.append(["RSS idle, local with the publish API (native mode) <= 55 MB",
+                         r["rss_idle_mb"], met(55, r["rss_idle_mb"])])
+        elif r.get("above_bare_sdk_mb") is not None:
+            rows.append([f"RSS idle, {driver} <= 35 MB above its bare SDK client "
+                         f"({r['bare_sdk_client_rss_mb']} MB)", r["above_bare_sdk_mb"],
+                         met(35, r["above_bare_sdk_mb"])])
+        growth = round(r["rss_peak_under_load_mb"] - r["rss_idle_mb"], 1)
+        rows.append([f"RSS under load within 10 MB of idle, {driver}", growth, met(10, growth)])
+    return rows
+
+
+def _ready_breakdown(r: dict[str, Any]) -> str:
+    """Where the time to ready went, when the run measured it."""
+    if r.get("startup_run_queue_median_s") is None:
+        return ""
+    return (f" (medians: {r['startup_cpu_median_s']} s on a CPU, "
+            f"{r['startup_run_queue_median_s']} s waiting for one, "
+            f"{r['startup_blocked_median_s']} s blocked)")
+
+
+RENDERING = Rendering(targets=targets, section=section)
 
 
 if __name__ == "__main__":

@@ -21,18 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import LocalBroker
-from bench.common import (
-    AppProcess,
-    emit,
-    log,
-    ratio,
-    raw_config,
-    rounded,
-    run_with_logs_aside,
-    temp_dir,
-)
-from bench.loops import run_sidecar
+from bench.harness.brokers import LocalBroker
+from bench.harness.config import raw_config
+from bench.harness.loops import run_sidecar
+from bench.harness.output import emit, log, run_with_logs_aside
+from bench.harness.processes import AppProcess
+from bench.harness.stats import ratio, rounded
+from bench.harness.system import temp_dir
 from priority_pubsub.settings.config import validate_config
 from priority_pubsub.telemetry.journal import JournalRecord, JournalWriter
 

@@ -20,21 +20,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench.brokers import LocalBroker
-from bench.common import (
-    AppProcess,
-    emit,
-    log,
-    make_settings,
-    median,
-    percentile,
-    ratio,
-    rounded,
-    run_with_logs_aside,
-    sample_body,
-    temp_dir,
-)
-from bench.loops import Probe, client_session, to_request
+from bench.harness.brokers import LocalBroker
+from bench.harness.config import make_settings, sample_body
+from bench.harness.loops import Probe, client_session, forward_and_ack
+from bench.harness.output import emit, log, run_with_logs_aside
+from bench.harness.processes import AppProcess
+from bench.harness.rendering import Rendering, Rows, met
+from bench.harness.stats import median, percentile, ratio, rounded
+from bench.harness.system import temp_dir
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.local.driver import LocalDriver
 from priority_pubsub.drivers.registry import build_driver
@@ -77,15 +70,12 @@ async def naive_run(settings: Any, feed: Feed, count: int) -> Probe:
     queue = settings.queue_names[0]
     try:
         async with client_session(settings.concurrency) as session:
+            url = settings.app.url.get_secret_value()
+
             async def work() -> None:
                 while probe.acked < count:
                     for message in await driver.receive(queue, 1, 1.0):
-                        request = to_request(message)
-                        async with session.post(settings.app.url.get_secret_value(),
-                                                data=request.body,
-                                                headers=request.headers) as rsp:
-                            await rsp.read()
-                        await driver.ack(message)
+                        await forward_and_ack(session, url, driver, message)
 
             workers = [asyncio.create_task(work()) for _ in range(settings.concurrency)]
             await asyncio.sleep(0.2)
@@ -150,6 +140,18 @@ def main() -> None:
     rows = [[name, result[name]["samples"], result[name]["p50_ms"], result[name]["p99_ms"],
              result[name]["max_ms"]] for name in ("naive", "sidecar")]
     emit("latency", result, ["path", "samples", "p50 ms", "p99 ms", "max ms"], rows)
+
+
+def targets(result: dict[str, Any]) -> Rows:
+    added = result.get("added_p50_ms_median")
+    if added is None:
+        return []
+    return [[f"added latency p50 <= 0.2 ms (sidecar less naive forwarder, receive -> app, "
+             f"median of {result['rounds']} rounds; sidecar p50 {result['sidecar']['p50_ms']} "
+             "ms)", added, met(0.2, added)]]
+
+
+RENDERING = Rendering(targets=targets)
 
 
 if __name__ == "__main__":

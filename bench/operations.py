@@ -61,8 +61,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bench.brokers import LocalBroker
-from bench.common import CliSidecar, emit, git_worktree, log, median
+from bench.harness.brokers import LocalBroker
+from bench.harness.output import emit, log
+from bench.harness.processes import CliSidecar, git_worktree
+from bench.harness.rendering import Rendering, Rows, format_md, met
+from bench.harness.stats import median
 
 if TYPE_CHECKING:
     from tests.support.kube_api import KubeApiStandIn
@@ -578,6 +581,82 @@ def main() -> None:
         "timeout_s": sides[-1].timeout_s, "operations": operations, "runs": runs,
     }, ["operation", "side", "duplicates", "work-s lost", "stop s", "applied s", "killed"],
         rows)
+
+
+OPERATION_NAMES = {"reload": "reload of `reserve`", "sigterm": "SIGTERM during long tasks",
+                   "scale_in": "scale-in of one of two busy replicas"}
+
+
+SIDE_NAMES = {("reload", "baseline"): "today: a restart (SIGTERM, `return`, a new process)",
+              ("reload", "new"): "new: live reload (the file watched)",
+              ("sigterm", "baseline"): "today: `return`",
+              ("sigterm", "new"): "new: `finish` + preStop `/drain?wait=true`",
+              ("scale_in", "baseline"): "today: a random victim, `return`",
+              ("scale_in", "new"): "new: the lowest deletion cost, `finish`"}
+
+
+def _rounds(summary: dict[str, Any], key: str) -> str:
+    """``median (a / b / c)``, or - where the side has no such figure."""
+    if key not in summary:
+        return "-"
+    return f"{summary[key]:g} ({' / '.join(f'{v:g}' for v in summary[key + '_rounds'])})"
+
+
+def section(result: dict[str, Any]) -> list[str]:
+    """Per operation and side: the medians and each round's figures."""
+    rows = [[OPERATION_NAMES.get(op, op), SIDE_NAMES.get((op, side), side),
+             _rounds(s, "duplicates"), _rounds(s, "work_s_lost"), _rounds(s, "stop_s"),
+             _rounds(s, "applied_s"), _rounds(s, "hook_s"), s.get("killed")]
+            for op, sides in result.get("operations", {}).items() for side, s in sides.items()]
+    low, high = result["task_s"]
+    first, last = result["op_after_s"]
+    grace = result.get("termination_grace_s", {})
+    return [f"tasks of {low:g}-{high:g} s (seeded) standing in for hour-long ones, "
+            f"{result['low_tasks_per_replica']} per replica, the operation {first:g}-{last:g} "
+            "s into them; today = "
+            f"`{result.get('baseline')}` (a git worktree): `shutdown.grace_s` "
+            f"{result['grace_s']:g}, the kubelet's grace {grace.get('baseline', '-')} s; new: "
+            f"`queues[].timeout_s` {result['timeout_s']:g}, grace {grace.get('new', '-')} s. "
+            f"Medians of {result['rounds']} rounds (each round's figure in brackets; both "
+            "sides of a round on one seed). Work-seconds lost: time spent on deliveries cut "
+            "short or delivered again; pod gone: SIGTERM to exit; applied: the file written "
+            "to the new config in force (today: the restarted process ready); preStop hook: "
+            "`GET /drain?wait=true` answered.", "",
+            format_md(["operation", "side", "duplicated deliveries", "work-s lost",
+                       "pod gone after s", "applied after s", "preStop hook s",
+                       "SIGKILLed"], rows)]
+
+
+def targets(result: dict[str, Any]) -> Rows:
+    """A reload, and a scale-in with ``finish``, throw nothing away; a reload is
+    applied within 5 s of the file change."""
+    rows: Rows = []
+    operations = result.get("operations", {})
+    for op, what in (("reload", "live reload of `reserve`"),
+                     ("scale_in", "scale-in of one of two busy replicas, `finish`")):
+        new, today = operations.get(op, {}).get("new"), operations.get(op, {}).get("baseline")
+        if new is None:
+            continue
+        for key, unit in (("duplicates", "duplicated deliveries"),
+                          ("work_s_lost", "work-seconds lost")):
+            before = f"; today {today[key]:g}" if today else ""
+            rows.append([f"{what}: 0 {unit} (median of {new['rounds']}; rounds "
+                         f"{' / '.join(f'{v:g}' for v in new[key + '_rounds'])}{before})",
+                         new[key], met(0, new[key])])
+    reload = operations.get("reload", {}).get("new")
+    if reload is not None and "applied_s" in reload:
+        rows.append([f"live reload applied within 5 s of the file change (median of "
+                     f"{reload['rounds']}; max {max(reload['applied_s_rounds']):g})",
+                     reload["applied_s"], met(5.0, reload["applied_s"])])
+    return rows
+
+
+def _without_runs(body: dict[str, Any]) -> dict[str, Any]:
+    """The table shows each round; every run stays in results.json."""
+    return {k: v for k, v in body.items() if k != "runs"}
+
+
+RENDERING = Rendering(targets=targets, section=section, shown=_without_runs)
 
 
 if __name__ == "__main__":

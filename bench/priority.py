@@ -25,20 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import LocalBroker
-from bench.common import (
-    AppProcess,
-    emit,
-    log,
-    make_settings,
-    percentile,
-    ratio,
-    rounded,
-    run_with_logs_aside,
-    sample_body,
-    temp_dir,
-)
-from bench.loops import Probe, run_sidecar
+from bench.harness.brokers import LocalBroker
+from bench.harness.config import make_settings, sample_body
+from bench.harness.loops import Probe, run_sidecar
+from bench.harness.output import emit, log, run_with_logs_aside
+from bench.harness.processes import AppProcess
+from bench.harness.rendering import Rendering, Rows, met
+from bench.harness.stats import percentile, ratio, rounded
+from bench.harness.system import temp_dir
 from priority_pubsub.drivers.local.driver import LocalDriver
 from priority_pubsub.drivers.registry import build_driver
 from priority_pubsub.sidecar import Sidecar
@@ -183,6 +177,27 @@ def main() -> None:
     result["load_average"] = [round(x, 2) for x in os.getloadavg()]
     emit("priority", result, ["case", "n", "wait p50 ms", "wait p99 ms", "share [95% CI]"],
          rows)
+
+
+def targets(result: dict[str, Any]) -> Rows:
+    rows: Rows = []
+    if result.get("strict"):
+        backlogs = sorted(int(b) for b in result["strict"])
+        sizes = f"{backlogs[-1]:,}/{backlogs[0]:,}"
+        for q in ("p50", "p99"):
+            value = result[f"{q}_ratio_big_over_small"]
+            rows.append([f"high wait {q} ratio, low backlog {sizes} <= 1.1 (all rounds pooled)",
+                         value, met(1.1, value)])
+    for queue, w in result.get("weighted", {}).items():
+        rows.append([f"weighted 6/3/1, {queue}: share within 10 % of {w['weight_share']} "
+                     f"(median of {len(w['round_shares'])} rounds; 95 % CI {w['ci95']} over "
+                     f"{w['delivered']} of its deliveries, +-"
+                     f"{w.get('ci95_half_width_pct_of_share', '?')} % of the share)",
+                     w["measured_share"], "met" if w["within_10pct"] else "NOT met"])
+    return rows
+
+
+RENDERING = Rendering(targets=targets)
 
 
 if __name__ == "__main__":

@@ -29,22 +29,14 @@ import grpc
 from dapr.proto.runtime.v1 import dapr_pb2_grpc
 from dapr.proto.runtime.v1.pubsub_pb2 import PublishEventRequest
 
-from bench.common import (
-    AppProcess,
-    CliSidecar,
-    emit,
-    free_port,
-    log,
-    median,
-    ratio,
-    raw_config,
-    rounded,
-    sample_body,
-    temp_dir,
-    wait_for_port,
-)
+from bench.harness.config import raw_config, sample_body
+from bench.harness.output import emit, log
+from bench.harness.processes import AppProcess, CliSidecar, wait_for_port
+from bench.harness.stats import median, ratio, rounded
+from bench.harness.system import temp_dir
 from priority_pubsub.drivers.base import DriverContext
 from priority_pubsub.drivers.local.driver import LocalDriver, LocalOptions
+from tests.support.ports import free_port
 
 QUEUE = "bench"
 Publish = Callable[[int], Awaitable[None]]

@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.common import format_table
+from bench.harness.output import format_table
 
 MB = 1e6
 

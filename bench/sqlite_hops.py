@@ -31,18 +31,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.brokers import LocalBroker
-from bench.common import (
-    AppProcess,
-    emit,
-    log,
-    make_settings,
-    median_of,
-    rounded,
-    run_with_logs_aside,
-    temp_dir,
-)
-from bench.loops import naive_forwarder, run_sidecar
+from bench.harness.brokers import LocalBroker
+from bench.harness.config import make_settings
+from bench.harness.loops import naive_forwarder, run_sidecar
+from bench.harness.output import emit, log, run_with_logs_aside
+from bench.harness.processes import AppProcess
+from bench.harness.stats import median_of, rounded
+from bench.harness.system import temp_dir
 from priority_pubsub.drivers.local.sqlite_worker import SqliteWorker
 
 MODES = ("c", "d")

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from bench.common import emit, log
+from bench.harness.output import emit, log
 
 CANDIDATES = {
     "s3": ("obstore", "boto3"),

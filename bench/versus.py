@@ -20,7 +20,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.common import emit, log, median_of, ratio
+from bench.harness.output import emit, log
+from bench.harness.rendering import format_md
+from bench.harness.stats import median_of, ratio
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -80,6 +82,25 @@ def main() -> None:
     emit("versus", {"base": str(checkouts["base"]), "benchmark": " ".join(args.command),
                     "note": args.note, "rounds": args.rounds, "results": result},
          ["result", "base median", "head median", "head / base"], rows)
+
+
+def sections(directory: Path) -> list[str]:
+    """RESULTS.md's sections of the comparisons kept in ``directory`` (this script's
+    documents: they need a second checkout, so ``run_all`` renders them but does not run
+    them)."""
+    out: list[str] = []
+    for path in sorted(directory.glob("*.json")):
+        document = json.loads(path.read_text())
+        rows = [[key, sides["base"]["median"], sides["head"]["median"],
+                 (round(sides["head"]["median"] / sides["base"]["median"], 3)
+                  if sides["base"]["median"] and sides["head"]["median"] is not None else None),
+                 f"{sides['base']['rounds']} / {sides['head']['rounds']}"]
+                for key, sides in document["results"].items()]
+        out += [f"## versus: {path.stem}", "", document.get("note", ""), "",
+                f"`{document['command']}` ({document['when']}; base: `{document['base']}`)", "",
+                format_md(["result", "base median", "head median", "head / base",
+                           "rounds (base / head)"], rows), ""]
+    return out
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.packaging.import_graph import PACKAGE, cycles, import_graph, module_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,8 +26,9 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def copy_tree(destination: Path) -> Path:
-    shutil.copytree(ROOT / PACKAGE, destination / PACKAGE,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in (PACKAGE, "bench"):  # the contracts' root packages
+        shutil.copytree(ROOT / package, destination / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", destination)
     return destination
 
@@ -33,7 +36,7 @@ def copy_tree(destination: Path) -> Path:
 def test_the_layers_contract_is_kept() -> None:
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "1 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 def test_an_upward_import_inside_a_function_breaks_the_contract(tmp_path: Path) -> None:
@@ -55,6 +58,22 @@ def test_a_new_top_level_module_must_be_given_a_layer(tmp_path: Path) -> None:
     result = lint_imports(tree)
     assert result.returncode == 1, result.stdout[-3000:]
     assert "priority_pubsub.stray" in result.stdout
+
+
+@pytest.mark.parametrize(("module", "imported", "broken"), [
+    ("rss_growth", "soak", "No cycles are allowed in bench."),  # bench.soak imports it
+    ("harness/output", "latency", "bench.harness is not allowed to import bench.latency"),
+])
+def test_bench_contracts_fail_on_a_cycle_and_on_the_harness_importing_a_benchmark(
+    tmp_path: Path, module: str, imported: str, broken: str,
+) -> None:
+    tree = copy_tree(tmp_path)
+    path = tree / "bench" / f"{module}.py"
+    path.write_text(path.read_text() + (
+        f"\n\ndef _back() -> None:\n    from bench import {imported}  # noqa: F401\n"))
+    result = lint_imports(tree)
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert broken in result.stdout
 
 
 def test_the_package_has_no_import_cycle() -> None:

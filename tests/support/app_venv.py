@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.processes import stop_process
 from tests.support.servers import free_port, skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,12 +120,7 @@ class AppProcess:
                                  ) from None
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
         self._log.close()
 
 

@@ -1,4 +1,4 @@
-"""What every test server fixture shares: free ports on 127.0.0.1 (``bench.common``'s),
+"""What every test server fixture shares: free ports on 127.0.0.1 (``ports``),
 and the rule that a missing server skips locally (with the reason) but fails the run when
 ``CI=true``."""
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from bench.common import free_port
+from tests.support.ports import free_port
 
 __all__ = ["free_port", "in_ci", "skip_or_fail"]
 

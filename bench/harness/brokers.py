@@ -24,11 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.common import free_port, sample_body
+from bench.harness.config import sample_body
 from priority_pubsub.drivers.base import DriverContext
 from priority_pubsub.drivers.local.driver import LocalDriver, LocalOptions
+from tests.support.ports import free_port
 
-MINISTACK = Path(__file__).resolve().parent.parent / ".venv-ministack" / "bin" / "ministack"
+MINISTACK = Path(__file__).resolve().parents[2] / ".venv-ministack" / "bin" / "ministack"
 """ministack in a venv of its own (``make bench`` makes it): it pins botocore exactly, which
 would downgrade the project's boto3."""
 EMULATOR = Path("/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator")

@@ -118,21 +118,39 @@ def client_session(concurrency: int) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60))
 
 
+async def forward_and_ack(session: aiohttp.ClientSession, url: str, driver: Driver,
+                          message: Message) -> None:
+    """What a naive forwarder does with a message: POST it to the app, then ack it."""
+    request = to_request(message)
+    async with session.post(url, data=request.body, headers=request.headers) as rsp:
+        await rsp.read()
+    await driver.ack(message)
+
+
+def one_at_a_time(driver: Driver, queue: str, count: int,
+                  handle: Callable[[Message], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """A worker for ``_timed``: receive one message at a time (no wait, a short pause when
+    the queue is empty) and ``handle`` it, until the workers have handled ``count``."""
+    handled = [0]  # shared by the concurrent workers of one loop
+
+    async def work() -> None:
+        while handled[0] < count:
+            batch = await driver.receive(queue, 1, 0)
+            if not batch:
+                await asyncio.sleep(EMPTY_PAUSE_S)
+            for message in batch:
+                await handle(message)
+                handled[0] += 1
+
+    return work
+
+
 async def broker_limit(settings: Settings, queue: str, count: int, concurrency: int,
                        timeout_s: float) -> Result:
     driver = build_driver(settings)
     await driver.start()
-    state = {"acked": 0}
     try:
-        async def work() -> None:
-            while state["acked"] < count:
-                batch = await driver.receive(queue, 1, 0)
-                if not batch:
-                    await asyncio.sleep(EMPTY_PAUSE_S)
-                for message in batch:
-                    await driver.ack(message)
-                    state["acked"] += 1
-
+        work = one_at_a_time(driver, queue, count, driver.ack)
         return await _timed(work, concurrency, count, timeout_s)
     finally:
         await driver.close()
@@ -156,23 +174,13 @@ async def naive_forwarder(settings: Settings, queue: str, count: int, concurrenc
                           timeout_s: float) -> Result:
     driver = build_driver(settings)
     await driver.start()
-    state = {"acked": 0}
+    url = settings.app.url.get_secret_value()
     try:
         async with client_session(concurrency) as session:
-            async def work() -> None:
-                while state["acked"] < count:
-                    batch = await driver.receive(queue, 1, 0)
-                    if not batch:
-                        await asyncio.sleep(EMPTY_PAUSE_S)
-                    for message in batch:
-                        request = to_request(message)
-                        async with session.post(settings.app.url.get_secret_value(),
-                                                data=request.body,
-                                                headers=request.headers) as rsp:
-                            await rsp.read()
-                        await driver.ack(message)
-                        state["acked"] += 1
+            async def forward(message: Message) -> None:
+                await forward_and_ack(session, url, driver, message)
 
+            work = one_at_a_time(driver, queue, count, forward)
             return await _timed(work, concurrency, count, timeout_s)
     finally:
         await driver.close()

@@ -29,8 +29,8 @@ from collections import Counter
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
-from bench.brokers import Broker, MotoSqsBroker, RabbitBroker, RedisBroker
-from bench.common import log
+from bench.harness.brokers import Broker, MotoSqsBroker, RabbitBroker, RedisBroker
+from bench.harness.output import log
 from priority_pubsub.drivers.base import Driver
 
 WHERE = {

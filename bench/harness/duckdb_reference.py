@@ -1,4 +1,4 @@
-"""The DuckDB reference row of ``bench.bench_report``: the report's core aggregates, in DuckDB.
+"""The DuckDB reference row of the report benchmarks: the core aggregates, in DuckDB.
 
 Same files, same schema (``JOURNAL_FIELDS``, given explicitly, no inference), same
 definitions as ``priority_pubsub.analytics.tables``: per (priority, hour) attempts and
@@ -10,9 +10,12 @@ capacity) and writes Parquet. DuckDB is a dev/bench dependency only.
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from typing import Any
 
+from bench.harness.output import log
+from bench.harness.stats import median_run
 from priority_pubsub.telemetry.journal import JOURNAL_FIELDS
 
 DUCK_TYPES = {"int": "INTEGER", "long": "BIGINT", "double": "DOUBLE", "string": "VARCHAR"}
@@ -65,3 +68,16 @@ def duckdb_reference(journal_glob: str, threads: int | None = None) -> dict[str,
         "total_s": round(total_s, 3),
         "rows": rows,
     }
+
+
+def reference_rounds(files: str, threads: int, rounds: int = 1) -> dict[str, Any] | None:
+    """DuckDB on the same files with ``threads`` threads (as many as Spark has cores): the
+    run of median total time of ``rounds`` (None: no duckdb)."""
+    if importlib.util.find_spec("duckdb") is None:
+        log("duckdb is not installed: no reference row (pip install -e '.[dev]')")
+        return None
+    results = [duckdb_reference(files, threads=threads) for _ in range(max(1, rounds))]
+    result = median_run(results, key=lambda r: float(r["total_s"]))
+    assert result is not None  # at least one round
+    assert result["records"] > 0, result
+    return {**result, "rounds_total_s": sorted(r["total_s"] for r in results)}
