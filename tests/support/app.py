@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.loop_thread import LoopThread
+
 
 @dataclass(frozen=True)
 class Received:
@@ -60,8 +62,7 @@ class RecordingApp:
     behaviour: Behaviour = field(default=lambda _: Reply())
     received: list[Received] = field(default_factory=list)
     port: int = 0
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
+    _server: LoopThread | None = None
     _runner: web.AppRunner | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     in_progress: int = 0
@@ -77,28 +78,13 @@ class RecordingApp:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> RecordingApp:
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        def serve() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=serve, name="recording-app", daemon=True)
-        self._thread.start()
-        ready.wait(10)
+        self._server = LoopThread("recording-app")
+        self._server.start(self._start())
         return self
 
     def __exit__(self, *_: object) -> None:
-        assert self._loop is not None
-        assert self._thread is not None
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+        assert self._server is not None
+        self._server.stop(self._stop())
 
     async def _start(self) -> None:
         app = web.Application(client_max_size=128 * 1024 * 1024)  # claim-checked bodies

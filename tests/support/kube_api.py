@@ -32,6 +32,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from tests.helm.manifests import validate_builtin
+from tests.support.loop_thread import LoopThread
 from tests.support.tls import Tls, make_tls
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
@@ -108,8 +109,7 @@ class KubeApiStandIn:
     tls: Tls | None = None
     pod: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
+    _server: LoopThread | None = None
     _runner: web.AppRunner | None = None
 
     @property
@@ -139,28 +139,13 @@ class KubeApiStandIn:
         (directory / "namespace").write_text(self.namespace)
         self.pod = pod_manifest(self.namespace, self.name)
         assert pod_problem(self.pod) is None
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-
-        def serve() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=serve, name="kube-api", daemon=True)
-        self._thread.start()
-        assert ready.wait(10)
+        self._server = LoopThread("kube-api")
+        self._server.start(self._start())
         return self
 
     def __exit__(self, *_: object) -> None:
-        assert self._loop is not None
-        assert self._thread is not None
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+        assert self._server is not None
+        self._server.stop(self._stop())
 
     async def _start(self) -> None:
         assert self.tls is not None

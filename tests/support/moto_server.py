@@ -11,10 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import subprocess
 import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import answering_process
 from tests.support.servers import free_port, skip_or_fail
 
 REGION = "us-east-1"
@@ -64,29 +62,13 @@ def running_moto_server(timeout_s: float = 30, port: int | None = None) -> Itera
         raise MotoUnavailable("moto[server] is not installed (pip install 'moto[server]')")
     port = port or free_port()
     endpoint_url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.moto_atomic_receive", "-H", "127.0.0.1", "-p",
-             str(port)],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **CREDENTIALS},
-            cwd=Path(__file__).resolve().parents[2],  # where ``tests`` imports from
-        )
-        try:
-            deadline = time.monotonic() + timeout_s
-            while not _ready(endpoint_url):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    tail = log.read()[-2000:].decode("utf-8", "replace")
-                    raise MotoUnavailable(f"moto_server did not start on {endpoint_url}: {tail}")
-                time.sleep(0.1)
-            yield MotoServer(endpoint_url, REGION, process.pid)
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    command = [sys.executable, "-m", "tests.support.moto_atomic_receive", "-H", "127.0.0.1",
+               "-p", str(port)]
+    with answering_process(f"moto_server on {endpoint_url}", command,
+                           lambda: _ready(endpoint_url), timeout_s=timeout_s,
+                           unavailable=MotoUnavailable, env={**os.environ, **CREDENTIALS},
+                           cwd=Path(__file__).resolve().parents[2]) as process:
+        yield MotoServer(endpoint_url, REGION, process.pid)
 
 
 @pytest.fixture(scope="session")

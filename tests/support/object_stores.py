@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -31,6 +30,7 @@ from typing import Any, Literal
 import pytest
 
 from tests.support.moto_server import CREDENTIALS, MotoUnavailable, running_moto_server
+from tests.support.processes import answering_process
 from tests.support.servers import free_port, skip_or_fail
 
 Kind = Literal["s3", "gcs", "azure"]
@@ -163,25 +163,10 @@ def running_store(kind: Kind, port: int | None = None) -> Iterator[StoreServer]:
 
 @contextlib.contextmanager
 def _process(command: list[str], ready_url: str, timeout_s: float = 60) -> Iterator[int]:
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        try:
-            deadline = time.monotonic() + timeout_s
-            while not _answers(ready_url):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    tail = log.read()[-2000:].decode("utf-8", "replace")
-                    raise StoreUnavailable(f"{command[0]} did not start: {tail}")
-                time.sleep(0.1)
-            yield process.pid
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with answering_process(command[0], command, lambda: _answers(ready_url),
+                           timeout_s=timeout_s, unavailable=StoreUnavailable,
+                           new_session=True) as process:
+        yield process.pid
 
 
 def _answers(url: str) -> bool:

@@ -106,7 +106,9 @@ class SidecarProcess:
     def ops_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def wait_ready(self, timeout_s: float = 20) -> None:
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        """Until the sidecar answers /readyz 200. The bound only stops a sidecar that never
+        gets ready: a ready one returns at once, so a loaded machine gets the time it needs."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -16,31 +16,21 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
+from tests.support.tcp_proxy import TcpProxy
+
 FLIP_MIN_BODY = 200
 SLOW_CHUNK = 1024
 
 
-class StoreProxy:
+class StoreProxy(TcpProxy):
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
-        self._target = (target_host, target_port)
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._refusing = False
+        super().__init__(target_host, target_port)
         self._lock = threading.Lock()
         self._flips = 0
         self.flipped = 0
         self.delay_s = 0.0
         self.uploads_started = 0
         self.uploading = 0
-        self.port = 0
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="store-proxy")
-
-    def start(self) -> StoreProxy:
-        self._thread.start()
-        self._call(self._listen())
-        return self
 
     def flip(self, count: int) -> None:
         with self._lock:
@@ -48,18 +38,6 @@ class StoreProxy:
 
     def slow(self, seconds_per_kib: float) -> None:
         self.delay_s = seconds_per_kib
-
-    def cut(self) -> None:
-        self._call(self._cut())
-
-    def restore(self) -> None:
-        self._refusing = False
-
-    def stop(self) -> None:
-        self._call(self._close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._loop.close()
 
     def _take_flip(self) -> bool:
         with self._lock:
@@ -69,27 +47,7 @@ class StoreProxy:
             self.flipped += 1
             return True
 
-    def _call(self, coroutine: object) -> None:
-        asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(10)  # type: ignore[arg-type]
-
-    async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = int(self._server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._refusing:
-            writer.transport.abort()
-            return
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self._target)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._writers |= {writer, up_writer}
-        await asyncio.gather(self._requests(reader, up_writer), self._pipe(up_reader, writer),
-                             return_exceptions=True)
-
-    async def _requests(self, reader: asyncio.StreamReader,
+    async def _upstream(self, reader: asyncio.StreamReader,
                         writer: asyncio.StreamWriter) -> None:
         """Client to server, a request at a time: headers as they are, the body chunked
         (slowed, maybe one byte flipped)."""
@@ -130,29 +88,6 @@ class StoreProxy:
             writer.write(chunk)
             await writer.drain()
             sent += len(chunk)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            self._writers.discard(writer)
-            writer.close()
-
-    async def _cut(self) -> None:
-        self._refusing = True
-        for writer in list(self._writers):
-            with contextlib.suppress(Exception):
-                writer.transport.abort()
-        self._writers.clear()
-
-    async def _close(self) -> None:
-        await self._cut()
-        if self._server is not None:
-            self._server.close()
 
 
 def _content_length(head: bytes) -> int:

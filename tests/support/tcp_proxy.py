@@ -1,12 +1,18 @@
 """A TCP proxy a test controls: cut every connection through it and refuse new ones for a
-while, to show a client reconnects — without touching the (shared) server behind it."""
+while, to show a client reconnects — without touching the (shared) server behind it.
+
+``TcpProxy`` pipes bytes both ways; a subclass that must see the requests (the object-store
+proxy of ``store_proxy``) overrides ``_upstream``, the client-to-server direction.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Iterator
+from typing import Self
+
+from tests.support.loop_thread import LoopThread
 
 
 class TcpProxy:
@@ -15,33 +21,24 @@ class TcpProxy:
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self._target = (target_host, target_port)
-        self._loop = asyncio.new_event_loop()
+        self._server_loop = LoopThread(type(self).__name__)
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._refusing = False
         self.port = 0
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="tcp-proxy")
 
-    def start(self) -> TcpProxy:
-        self._thread.start()
-        self._call(self._listen())
+    def start(self) -> Self:
+        self._server_loop.start(self._listen())
         return self
 
     def cut(self) -> None:
-        self._call(self._cut())
+        self._server_loop.call(self._cut())
 
     def restore(self) -> None:
         self._refusing = False
 
     def stop(self) -> None:
-        self._call(self._close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._loop.close()
-
-    def _call(self, coroutine: object) -> None:
-        asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(10)  # type: ignore[arg-type]
+        self._server_loop.stop(self._close())
 
     async def _listen(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -49,22 +46,29 @@ class TcpProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._refusing:
-            writer.close()
+            writer.transport.abort()
             return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
         except OSError:
-            writer.close()
+            writer.transport.abort()
             return
         self._writers |= {writer, up_writer}
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer),
+        await asyncio.gather(self._upstream(reader, up_writer), self._pipe(up_reader, writer),
                              return_exceptions=True)
+
+    async def _upstream(self, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        """Client to server: bytes as they come."""
+        await self._pipe(reader, writer)
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while data := await reader.read(65536):
                 writer.write(data)
                 await writer.drain()
+        except ConnectionError:
+            pass
         finally:
             self._writers.discard(writer)
             writer.close()
