@@ -36,6 +36,9 @@ derived from the live settings (``settings.live``) at the start of a take, when 
 changed them: a take decides by one set of rules from start to end. A reload during a take
 ends its wait at once and keeps what the wait had received (within the old rules' allowance:
 handed to workers, never back to the broker), so the next take, under the new rules, begins.
+What a take holds of a queue closed meanwhile (paused by the config or an operator, drained,
+removed) goes back unseen instead, no attempt spent (``CLOSED_REASON``): a wait may catch a
+message in the instant the pause lands, and a pause must not be late by that message.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ IDLE_WAIT_S = 20.0
 SURPLUS_REASON = "surplus: returned unseen"
 ABANDONED_REASON = "take abandoned: returned unseen"
 """Why an abandoned take handed back what it held, when its caller gives no reason."""
+CLOSED_REASON = "queue closed during the take: returned unseen"
+"""Why a take handed back what it caught of a queue paused, drained or removed meanwhile."""
 
 
 class Consumers(Protocol):
@@ -210,12 +215,33 @@ class Dispatcher:
                 if not take.in_hand:
                     raise
                 taken = await self._keep_best(take, take.in_hand)
+            taken = await self._without_closed(take, taken)
         except BaseException:
             if in_hand := take.let_go():  # shielded: a second cancel must not strand the rest
                 await asyncio.shield(self._hand_back(in_hand, why_abandoned()))
             raise
         take.let_go()
         return taken
+
+    async def _without_closed(self, take: Take, taken: list[Message]) -> list[Message]:
+        """``taken`` but what belongs to a queue closed now: a pause, a drain or a reload
+        that removed the queue may land while a wait catches a message of it (the wait is
+        cancelled a loop turn later), and the take must not deliver it after the pause took
+        effect. Those go back unseen, as a surplus does: released, no attempt spent."""
+        while closed := self._closed_now(taken):
+            taken = [m for m in taken if all(m is not c for c in closed)]
+            take.in_hand = taken  # a cancel while handing back: the rest is the abandon's
+            await asyncio.shield(self._hand_back(closed, CLOSED_REASON))
+        return taken
+
+    def _closed_now(self, messages: list[Message]) -> list[Message]:
+        """Those of ``messages`` whose queue may not be taken from now."""
+        if not messages:
+            return []
+        idle = self._idle()
+        in_force = self._live.index
+        return [m for m in messages
+                if m.queue not in in_force or self._index[m.queue] in idle]
 
     @property
     def names(self) -> tuple[str, ...]:
