@@ -83,6 +83,13 @@ async def _nothing() -> None:
 
 
 class Sidecar:
+    """One process's parts, wired once and run as a whole.
+
+    Every part is built here and nowhere else, so what a process runs can be read in one
+    place, and a test builds the same process with a fake driver or channel. ``run`` owns
+    the order: each part started only after the one it needs, stopped before it.
+    """
+
     def __init__(
         self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None,
         delivery: Delivery | None = None,

@@ -7,9 +7,10 @@ as long as the config says so. A queue is closed while either holds it; the moni
 which. The dispatcher skips the queues ``closed`` names; an operator's change calls the
 listeners (the receiver abandons a take under way, so a wait on a queue just paused ends and
 one just resumed begins); a reload's change wakes a dispatcher waiting because every queue
-was closed, and the dispatcher ends its own wait (``Dispatcher``: nothing it caught is
-handed back). Each operator's change is shown in a metric (``priority_pubsub_queue_paused``,
-``_draining``); the monitor journals and logs it as an admin action.
+was closed, and the dispatcher ends its own wait (``Dispatcher``: what it caught is
+delivered, but what belongs to a queue closed meanwhile goes back unseen). Each operator's
+change is shown in a metric (``priority_pubsub_queue_paused``, ``_draining``); the monitor
+journals and logs it as an admin action.
 """
 
 from __future__ import annotations

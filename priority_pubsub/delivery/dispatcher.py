@@ -36,6 +36,9 @@ derived from the live settings (``settings.live``) at the start of a take, when 
 changed them: a take decides by one set of rules from start to end. A reload during a take
 ends its wait at once and keeps what the wait had received (within the old rules' allowance:
 handed to workers, never back to the broker), so the next take, under the new rules, begins.
+What a take holds of a queue closed meanwhile (paused by the config or an operator, drained,
+removed) goes back unseen instead, no attempt spent (``CLOSED_REASON``): a wait may catch a
+message in the instant the pause lands, and a pause must not be late by that message.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ from priority_pubsub.delivery.scheduler import (
     short_of_slots,
 )
 from priority_pubsub.delivery.settler import Settler
+from priority_pubsub.delivery.take import Take
+from priority_pubsub.delivery.waits import Waits
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.settings.live import LiveSettings
@@ -71,6 +76,8 @@ IDLE_WAIT_S = 20.0
 SURPLUS_REASON = "surplus: returned unseen"
 ABANDONED_REASON = "take abandoned: returned unseen"
 """Why an abandoned take handed back what it held, when its caller gives no reason."""
+CLOSED_REASON = "queue closed during the take: returned unseen"
+"""Why a take handed back what it caught of a queue paused, drained or removed meanwhile."""
 
 
 class Consumers(Protocol):
@@ -86,6 +93,15 @@ class Consumers(Protocol):
 
 
 class Dispatcher:
+    """Decides, take by take, which queues' messages fill the free workers, and how long to
+    wait when none has any.
+
+    It lives as long as the sidecar: it holds the rules derived from the live settings and
+    what spans takes (when each queue was last tried, the rates' tokens, whether the last
+    round found every queue empty). Each ``take`` counts in a ``Take`` of its own, so no
+    count of one take leaks into the next.
+    """
+
     def __init__(
         self,
         settings: Settings | LiveSettings,
@@ -123,15 +139,13 @@ class Dispatcher:
         """The live settings' generation the rules above were derived from."""
         self._idle_wait_s = idle_wait_s
         self._quiet = False
+        """The last take's waits covered every queue and all stayed empty: the next take
+        waits again at once, without a sweep that would only repeat their answer."""
         self._consumers = consumers
         """Queues nobody takes from now (streamed topics without a stream): left alone."""
-        self._free = 0
-        self._busy: list[int] = []
-        """The take under way: free workers and messages per queue at the app, this take's
-        received ones included (what ``allowances`` is asked about)."""
-        self._busy_at_start: tuple[int, ...] = ()
-        """``_busy`` as the take found it: what a wake-up's choice counts from."""
         self._derive()
+        self._current = Take.begin(0, (), self._names)
+        """The take under way, or the last one: what ``allowed`` answers about."""
         self.control = control or QueueControl(self._live)
         """The operator's pauses and drain, and the config's pauses: queues it closes are
         left alone too."""
@@ -140,11 +154,7 @@ class Dispatcher:
         self._rules_changed: asyncio.Future[None] | None = None
         """While a take waits: resolved by a change of the live settings (ends the wait)."""
         self._live.on_change(self._live_changed)
-        self._in_hand: list[Message] = []
-        """What the take under way has received and not yet returned or handed back."""
         self.healthy = True
-        self._holding: int | None = None
-        """The due queue the free slots are held for in the take under way (``_promote``)."""
         self._slots_held = HeldTime(observer.slots_held)
         self._rate_held = HeldTime(observer.rate_limited)
 
@@ -197,27 +207,41 @@ class Dispatcher:
         """
         if self._generation != self._live.generation:
             self._derive()
-        self._in_hand = []
-        self._free = free
-        if isinstance(busy, Mapping):
-            self._busy = [busy.get(name, 0) for name in self._names]
-        else:
-            self._busy = list(busy) if busy else [0] * len(self._names)
-        self._busy_at_start = tuple(self._busy)
+        take = self._current = Take.begin(free, busy, self._names)
         try:
             try:
-                taken = await self._take(free, slot_freed)
+                taken = await self._take(take, slot_freed)
             except DriverError:
-                if not self._in_hand:
+                if not take.in_hand:
                     raise
-                taken = await self._keep_best(self._in_hand, free)
+                taken = await self._keep_best(take, take.in_hand)
+            taken = await self._without_closed(take, taken)
         except BaseException:
-            in_hand, self._in_hand = self._in_hand, []
-            if in_hand:  # shielded: a second cancel must not strand the rest
+            if in_hand := take.let_go():  # shielded: a second cancel must not strand the rest
                 await asyncio.shield(self._hand_back(in_hand, why_abandoned()))
             raise
-        self._in_hand = []
+        take.let_go()
         return taken
+
+    async def _without_closed(self, take: Take, taken: list[Message]) -> list[Message]:
+        """``taken`` but what belongs to a queue closed now: a pause, a drain or a reload
+        that removed the queue may land while a wait catches a message of it (the wait is
+        cancelled a loop turn later), and the take must not deliver it after the pause took
+        effect. Those go back unseen, as a surplus does: released, no attempt spent."""
+        while closed := self._closed_now(taken):
+            taken = [m for m in taken if all(m is not c for c in closed)]
+            take.in_hand = taken  # a cancel while handing back: the rest is the abandon's
+            await asyncio.shield(self._hand_back(closed, CLOSED_REASON))
+        return taken
+
+    def _closed_now(self, messages: list[Message]) -> list[Message]:
+        """Those of ``messages`` whose queue may not be taken from now."""
+        if not messages:
+            return []
+        idle = self._idle()
+        in_force = self._live.index
+        return [m for m in messages
+                if m.queue not in in_force or self._index[m.queue] in idle]
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -228,7 +252,10 @@ class Dispatcher:
     def allowed(self) -> list[int]:
         """What each queue may take now, in the take under way (``scheduler.allowances``);
         nothing for a queue nobody consumes now (a streamed topic without a stream)."""
-        allowed = allowances(self._limits, self._busy, self._free, self._holding)
+        return self._allowed(self._current)
+
+    def _allowed(self, take: Take) -> list[int]:
+        allowed = allowances(self._limits, take.busy, take.free, take.holding)
         if self._buckets:
             now = self._clock()
             for name, bucket in self._buckets.items():  # a rate: its whole tokens at most
@@ -238,19 +265,19 @@ class Dispatcher:
             allowed[index] = 0
         return allowed
 
-    def _rate_limited(self, now: float) -> list[str]:
+    def _rate_limited(self, take: Take, now: float) -> list[str]:
         """The queues the capacity rule and the operator let take now that their rate keeps
         out (no whole token)."""
-        room = allowances(self._limits, self._busy, self._free, self._holding)
+        room = allowances(self._limits, take.busy, take.free, take.holding)
         idle = self._idle()
         return [name for name, bucket in self._buckets.items()
                 if room[index := self._index[name]] > 0 and index not in idle
                 and bucket.whole(now) == 0]
 
-    def _token_due_in_s(self) -> float | None:
+    def _token_due_in_s(self, take: Take) -> float | None:
         """When the first queue its rate keeps out may take again; None: none is."""
         now = self._clock()
-        due = [self._buckets[name].next_in_s(now) for name in self._rate_limited(now)]
+        due = [self._buckets[name].next_in_s(now) for name in self._rate_limited(take, now)]
         return min(due) if due else None
 
     def _idle(self) -> frozenset[int]:
@@ -270,104 +297,95 @@ class Dispatcher:
             self._closed = (names, indices)
         return indices
 
-    async def _take(self, free: int, slot_freed: asyncio.Event | None) -> list[Message]:
+    async def _take(self, take: Take, slot_freed: asyncio.Event | None) -> list[Message]:
         if self._names and len(self._closed_indices()) == len(self._names):  # all held:
             await self.control.wait_for_change()        # until that changes (a retake too)
             return []
-        promoted = await self._promote()
+        promoted = await self._promote(take)
         if promoted or not self._quiet:
-            messages = promoted + await self._sweep(frozenset())
+            messages = promoted + await self._sweep(take, frozenset())
             if messages:
                 return messages
-        allowed = self.allowed()
+        allowed = self._allowed(take)
         idle = self._idle()
         shut_out = any(n == 0 for i, n in enumerate(allowed) if i not in idle)
-        woken = await self._wait(allowed, slot_freed if shut_out else None,
-                                 self._token_due_in_s())
+        woken = await self._wait(take, allowed, slot_freed if shut_out else None,
+                                 self._token_due_in_s(take))
         # quiet only when every queue was waited on to the end and stayed empty
         self._quiet = not woken and not shut_out and self._generation == self._live.generation
         if not woken:
             return []
         if self._scheduling == "strict":
             # the woken are in hand, not yet chosen: the higher queues may bid for their places
-            self._count_in(woken, -1)
+            take.count_in(woken, self._index, -1)
             best = min(self._index[m.queue] for m in woken)
             higher = frozenset(range(best, len(self._names)))
-            woken = await self._sweep(higher) + woken
-        return await self._keep_best(woken, free)
+            woken = await self._sweep(take, higher) + woken
+        return await self._keep_best(take, woken)
 
-    def _count_in(self, messages: list[Message], sign: int) -> None:
-        for message in messages:
-            self._busy[self._index[message.queue]] += sign
-            self._free -= sign * message.slots
-
-    async def _promote(self) -> list[Message]:
+    async def _promote(self, take: Take) -> list[Message]:
         """The starvation bound: one message's try, ahead of the queues above, for each queue
         untried for its ``max_wait_s`` (most overdue first) that the rule lets take one. The
         most overdue one shut out only for want of free slots has them held for it for the
         rest of the take (``allowed``): nothing else takes them, so they add up as running
         messages end, and a later take tries it once its slots are free."""
-        self._holding = None
+        take.holding = None
         promoted: list[Message] = []
         now = self._clock()
         for index, untried_s in overdue(self._max_wait_s, self._last_tried, now):
-            if self.allowed()[index] <= 0:
-                if self._holding is None and self._may_hold_for(index, now):
-                    self._holding = index
+            if self._allowed(take)[index] <= 0:
+                if take.holding is None and self._may_hold_for(take, index, now):
+                    take.holding = index
                 continue
-            for message in await self._receive(index, 1, 0):
+            for message in await self._receive(take, index, 1, 0):
                 message.promoted_after_s = round(untried_s, 3)
                 self._observer.promoted(message)
                 promoted.append(message)
-        self._slots_held.update(now, () if self._holding is None
-                                else (self._names[self._holding],))
-        self._rate_held.update(now, self._rate_limited(now))
+        self._slots_held.update(now, () if take.holding is None
+                                else (self._names[take.holding],))
+        self._rate_held.update(now, self._rate_limited(take, now))
         return promoted
 
-    def _may_hold_for(self, index: int, now: float) -> bool:
+    def _may_hold_for(self, take: Take, index: int, now: float) -> bool:
         """Whether the free slots are to be held for due queue ``index``: taken from, shut
         out only for want of free slots, and not kept out by its rate (a hold for a queue
         that may not take would idle the slots for nothing)."""
         bucket = self._buckets.get(self._names[index])
         return (index not in self._idle()
                 and (bucket is None or bucket.whole(now) > 0)
-                and short_of_slots(self._limits, self._busy, self._free, self._slots_now(),
-                                   index))
+                and short_of_slots(self._limits, take.busy, take.free,
+                                   take.slots_now(self._slots), index))
 
-    def _slots_now(self) -> int:
-        """The slots this take may fill at most: the free ones and those in use."""
-        return self._free + sum(n * k for n, k in zip(self._busy, self._slots, strict=True))
-
-    async def _sweep(self, skip: frozenset[int]) -> list[Message]:
+    async def _sweep(self, take: Take, skip: frozenset[int]) -> list[Message]:
         """Fill the free workers from the queues not in ``skip``, as the mode picks, each
         receive asking at most the rule's allowance at that moment."""
         got: list[Message] = []
         empty = set(skip)
-        while self._free > 0:
-            picks = plan(self._scheduling, self._weights, self._free,
-                         frozenset(empty), self._rng, self.allowed(), self._slots)
+        while take.free > 0:
+            picks = plan(self._scheduling, self._weights, take.free,
+                         frozenset(empty), self._rng, self._allowed(take), self._slots)
             if not picks:
                 break
             for index, count in picks:
-                wanted = min(count, self.allowed()[index])
+                wanted = min(count, self._allowed(take)[index])
                 if wanted <= 0:  # shut out by the rule for the rest of this take
                     empty.add(index)
                     continue
-                batch = await self._receive(index, wanted, 0)
+                batch = await self._receive(take, index, wanted, 0)
                 got += batch
                 if len(batch) < wanted:
                     empty.add(index)
         return got
 
-    async def _wait(self, allowed: list[int], slot_freed: asyncio.Event | None,
+    async def _wait(self, take: Take, allowed: list[int], slot_freed: asyncio.Event | None,
                     wake_in_s: float | None = None) -> list[Message]:
         """``_wait_any`` on the queues allowed to take; while the rule shuts one out, also
         until a worker frees up, and while a rate keeps one out, until its next token is due
         (``wake_in_s``). Then what the waits already received is kept, not handed back: it was
         within their allowance, which a freed worker or a token only raises."""
         if slot_freed is None and wake_in_s is None:
-            return await self._wait_any(allowed)
-        waiting = asyncio.ensure_future(self._wait_any(allowed))
+            return await self._wait_any(take, allowed)
+        waiting = asyncio.ensure_future(self._wait_any(take, allowed))
         ends: list[asyncio.Future[Any]] = []
         if slot_freed is not None:
             ends.append(asyncio.ensure_future(slot_freed.wait()))
@@ -382,72 +400,46 @@ class Dispatcher:
                 waiting.cancel()
                 await asyncio.gather(waiting, return_exceptions=True)
         if waiting.cancelled():
-            return list(self._in_hand)
+            return list(take.in_hand)
         return waiting.result()
 
-    async def _wait_any(self, allowed: list[int]) -> list[Message]:
+    async def _wait_any(self, take: Take, allowed: list[int]) -> list[Message]:
+        """Every queue allowed to take waited on at once, until one brings messages (or the
+        rules or the streams change): what every finished wait brought."""
         if self._generation != self._live.generation:
             return []  # a reload since this take began: the next take waits under its rules
+        waits = self._start_waits(take, allowed)
+        try:
+            await waits.until_one_brings()
+        finally:
+            self._rules_changed = None
+            await waits.end()
+        return waits.brought()
+
+    def _start_waits(self, take: Take, allowed: list[int]) -> Waits:
+        """A long poll on each queue allowed to take, and the changes that end them early."""
         rules_changed = self._rules_changed = asyncio.get_running_loop().create_future()
-        tasks = [
-            asyncio.create_task(self._receive(i, allowed[i], self._idle_wait_s),
+        receives = [
+            asyncio.create_task(self._receive(take, i, allowed[i], self._idle_wait_s),
                                 name=f"wait-{name}")
             for i, name in enumerate(self._names) if allowed[i] > 0
         ]
         consumers_changed = (asyncio.create_task(self._consumers_changed(), name="consumers")
                              if self._consumers is not None else None)
-        try:
-            pending: set[asyncio.Future[Any]] = {*tasks, rules_changed}
-            if consumers_changed is not None:
-                pending.add(consumers_changed)
-            # until a wait brings a message, every wait ended (a driver's own long poll may
-            # be shorter than ours: SQS's ``wait_time_s``, Dapr's ``messageWaitTimeSeconds``,
-            # can be 1 s), the streams changed or a reload changed the rules; with every
-            # queue shut out, until then or the idle wait's end (a freed worker: ``_wait``)
-            while not tasks or not all(task.done() for task in tasks):
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED,
-                                                   timeout=None if tasks else self._idle_wait_s)
-                if not done or consumers_changed in done or rules_changed in done:
-                    break  # a queue to wait on came or went: the next round waits anew
-                if any(not t.cancelled() and t.exception() is None and t.result() for t in done):
-                    break
-        finally:
-            self._rules_changed = None
-            rules_changed.cancel()
-            if consumers_changed is not None and not consumers_changed.done():
-                consumers_changed.cancel()
-                await asyncio.gather(consumers_changed, return_exceptions=True)
-            # only the waits still running need cancelling and awaiting: a gather of done
-            # tasks still costs a loop turn, on the path of every wake-up
-            unfinished = [task for task in tasks if not task.done()]
-            for task in unfinished:
-                task.cancel()
-            if unfinished:
-                await asyncio.gather(*unfinished, return_exceptions=True)
-        woken: list[Message] = []
-        errors: list[BaseException] = []
-        for task in tasks:
-            if task.cancelled():
-                continue
-            if (error := task.exception()) is not None:
-                errors.append(error)
-            else:
-                woken += task.result()
-        if not woken and errors:
-            raise errors[0]
-        return woken
+        return Waits(receives, rules_changed, consumers_changed, self._idle_wait_s)
 
-    async def _keep_best(self, messages: list[Message], free: int) -> list[Message]:
-        keep, surplus = self._choose(messages, free)
-        self._in_hand = keep  # the surplus is the releases' below, not an abandoned take's
+    async def _keep_best(self, take: Take, messages: list[Message]) -> list[Message]:
+        keep, surplus = self._choose(take, messages)
+        take.in_hand = keep  # the surplus is the releases' below, not an abandoned take's
         if surplus:  # settles like any other (journaled, counted), all of them even if cancelled
             await asyncio.shield(self._hand_back(surplus, SURPLUS_REASON))
         return keep
 
-    def _choose(self, messages: list[Message], free: int) -> tuple[list[Message], list[Message]]:
-        """Which woken messages to keep for ``free`` slots: the highest priorities (strict),
-        or a share drawn by weight (weighted), each kept only as the capacity rule allows
-        with those kept before it; the rest is surplus, handed back."""
+    def _choose(self, take: Take, messages: list[Message]) -> tuple[list[Message], list[Message]]:
+        """Which woken messages to keep for the take's slots: the highest priorities
+        (strict), or a share drawn by weight (weighted), each kept only as the capacity rule
+        allows with those kept before it; the rest is surplus, handed back."""
+        free = take.free_at_start
         if self._scheduling == "strict" or sum(m.slots for m in messages) <= free:
             ordered = sorted(messages, key=lambda m: self._index[m.queue])
         else:
@@ -459,12 +451,12 @@ class Dispatcher:
                                      self._slots)
             ordered = [m for queue, n in zip(queues, counts, strict=True) for m in queue[:n]]
             ordered += [m for queue, n in zip(queues, counts, strict=True) for m in queue[n:]]
-        busy = list(self._busy_at_start)
+        busy = list(take.busy_at_start)
         keep: list[Message] = []
         surplus: list[Message] = []
         for message in ordered:
             index = self._index[message.queue]
-            if allowances(self._limits, busy, free, self._holding)[index] > 0:
+            if allowances(self._limits, busy, free, take.holding)[index] > 0:
                 keep.append(message)
                 busy[index] += 1
                 free -= message.slots
@@ -472,7 +464,8 @@ class Dispatcher:
                 surplus.append(message)
         return keep, surplus
 
-    async def _receive(self, index: int, count: int, wait_s: float) -> list[Message]:
+    async def _receive(self, take: Take, index: int, count: int,
+                       wait_s: float) -> list[Message]:
         name = self._names[index]
         # a rate's tokens are spent when asked (what it gains meanwhile is kept, not lost to
         # its burst while the broker answers); what does not come back is given back
@@ -503,8 +496,7 @@ class Dispatcher:
             message.priority = index
         for message in batch:  # what it occupies while it runs (the receiver counts it)
             message.slots = self._slots[index]
-        self._in_hand += batch
-        self._count_in(batch, 1)
+        take.received(batch, self._index)
         self._observer.receive_call(name, index, empty=not batch)
         return batch
 
@@ -520,4 +512,3 @@ class Dispatcher:
                 bucket.give_back(1, now)
         await asyncio.gather(*(self._settler.release(m, reason) for m in messages),
                              return_exceptions=True)
-

@@ -1,7 +1,7 @@
 """The lease keeper: extends a message's lease while the app works on it.
 
 Extends every ``duration/3`` so two consecutive failures still leave time before expiry. A
-``LeaseLost`` stops the keeper and is remembered: the later settle will be refused by the
+``LeaseLost`` stops the keeper (logged as an error): the later settle will be refused by the
 driver and reported, never silently attempted as if nothing happened.
 """
 
@@ -36,7 +36,6 @@ class LeaseKeeper:
         self._observer = observer
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
-        self.lost = False
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -64,7 +63,6 @@ class LeaseKeeper:
             try:
                 await self._driver.extend(message, self._duration_s)
             except LeaseLost as exc:
-                self.lost = True
                 log.error("lease lost while the app works", message_id=message.id,
                           queue=message.queue, error=str(exc))
                 return

@@ -74,6 +74,14 @@ RECEIVE_BACKOFF_MAX_S = 5.0
 
 
 class Receiver:
+    """Keeps the app's slots busy: takes what the dispatcher picks, one worker task per
+    message, and drains them on stop.
+
+    It owns the count of what is at the app (slots, per queue) and the pause and stop of
+    taking; the dispatcher decides which messages, the worker what happens to each. Kept
+    apart so that a pause, a gate or a drain never has to know how messages are chosen.
+    """
+
     def __init__(
         self,
         settings: Settings | LiveSettings,

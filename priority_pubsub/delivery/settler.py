@@ -26,6 +26,13 @@ log = get_logger("priority_pubsub.delivery")
 
 
 class Settler:
+    """The one way a message's fate reaches the broker: planned, retried, reported.
+
+    Every ack, retry, release and dead-letter goes through it, so each is journaled and
+    counted once, the retry policy in force is applied the same way everywhere, and a
+    broker's refusal is reported instead of raised into the delivery path.
+    """
+
     def __init__(self, settings: Settings | LiveSettings, driver: Driver,
                  observer: DeliveryObserver) -> None:
         self._live = LiveSettings.of(settings)
