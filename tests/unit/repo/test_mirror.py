@@ -57,6 +57,7 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "dapr/check.py": ("tests/e2e/test_cli.py", "a command: run as a subprocess"),
     "dapr/components.py": ("tests/unit/dapr/test_rabbitmq_kind.py", _THROUGH),
     "dapr/configuration.py": ("tests/unit/dapr/test_flags.py", "daprd's --config flag"),
+    "dapr/dead_letters.py": ("tests/e2e/test_dapr_e2e.py", "deadLetterTopic, end to end"),
     "dapr/delivery.py": ("tests/unit/dapr/test_plan.py", "the request daprd would send"),
     "dapr/discovery.py": ("tests/unit/app/channel/test_envelope.py", "gRPC subscriptions"),
     "dapr/kinds.py": ("tests/e2e/test_dapr_e2e.py", _SIDECAR),
@@ -72,7 +73,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "delivery/requeue.py": ("tests/drivers/test_redis_promote.py", _BROKER),
     "delivery/settler.py": ("tests/unit/delivery/test_dispatcher.py", _THROUGH),
     "drivers/gcp_pubsub/driver.py": ("tests/drivers/test_gcp_pubsub.py", _BROKER),
-    "drivers/gcp_pubsub/names.py": ("tests/drivers/test_gcp_pubsub.py", _BROKER),
     "drivers/local/driver.py": ("tests/drivers/test_local.py", _BROKER),
     "drivers/local/sqlite_worker.py": ("tests/drivers/test_local.py", _BROKER),
     "drivers/rabbitmq/driver.py": ("tests/drivers/test_rabbitmq.py", _BROKER),
@@ -98,7 +98,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
     "publish_api/service.py": ("tests/e2e/test_publish_api.py", _SIDECAR),
     "settings/dapr.py": ("tests/unit/dapr/test_plan.py", "the dapr section"),
     "settings/driver.py": ("tests/unit/settings/test_config.py", "the driver section"),
-    "settings/grpc_address.py": ("tests/unit/settings/test_config_grpc.py", "gRPC URLs"),
     "settings/plugins.py": ("tests/unit/settings/test_reference.py", "every driver's options"),
     "settings/publish_api.py": ("tests/unit/settings/test_config_grpc.py", "its defaults"),
     "settings/reload.py": ("tests/unit/settings/test_live.py", "reload_diff"),
@@ -124,7 +123,6 @@ COVERED_ELSEWHERE: dict[str, tuple[str, str]] = {
 """Module (under priority_pubsub/) -> the test file that covers it, and why not its own."""
 
 NO_TEST_YET: dict[str, str] = {
-    "dapr/dead_letters.py": "no test names it yet",
     "dapr/provisioning.py": "no test names it yet",
     "delivery/control.py": "its unit tests are being written (tests/unit/delivery/)",
     "delivery/leases.py": "its unit tests are being written (tests/unit/delivery/)",
