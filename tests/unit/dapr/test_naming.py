@@ -9,14 +9,9 @@ import pytest
 from priority_pubsub.dapr.naming import AWS_MAX_NAME, aws_sanitized, per_topic_queue
 
 
-@pytest.mark.parametrize(("name", "sanitized"), [
-    ("orders", "orders"),
-    ("shop.orders/high", "shopordershigh"),
-    ("a_b-c", "a_b-c"),
-    ("ça va?", "ava"),
-])
-def test_only_letters_digits_underscore_and_dash_are_kept(name: str, sanitized: str) -> None:
-    assert aws_sanitized(name) == sanitized
+def test_only_letters_digits_underscore_and_dash_are_kept() -> None:
+    names = ["orders", "shop.orders/high", "a_b-c", "ça va?"]
+    assert [aws_sanitized(name) for name in names] == ["orders", "shopordershigh", "a_b-c", "ava"]
 
 
 def test_a_long_name_is_cut_at_80() -> None:
