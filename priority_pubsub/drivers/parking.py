@@ -13,7 +13,7 @@ the next receive takes first).
 A driver says only how to start a call (``start``), how to hand back what nobody took
 (``release``) and how long a receive waits for a call (``patience``); ``ParkedReceive`` owns
 the rest, so the code a lost message would hide in is written, and tested, once
-(tests/unit/test_parking.py drives it with generated schedules of answers, cancels and
+(tests/unit/drivers/test_parking.py drives it with generated schedules of answers, cancels and
 timeouts).
 """
 
