@@ -52,7 +52,7 @@ class NeverSent(asyncio.CancelledError):
 
 
 class AppChannel(Protocol):
-    """Carries one prepared request to the app and reads its answer: the HTTP forwarder or
+    """Carries one prepared request to the app and reads its answer: the HTTP channel or
     the gRPC ``AppCallback`` client. Every failure is an ``Outcome``, never an exception;
     cancelled, ``deliver`` raises ``NeverSent`` where it knows the app never got the request
     (else the cancellation as it is: the app may have it)."""

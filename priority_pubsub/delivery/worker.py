@@ -1,6 +1,6 @@
-"""One worker's handling of one message: admit, transform, forward, decide, settle.
+"""One worker's handling of one message: admit, transform, send, decide, settle.
 
-The forwarder returns an ``Outcome`` value; the ``Settler`` turns it into exactly one
+The app channel returns an ``Outcome`` value; the ``Settler`` turns it into exactly one
 driver call and one ``settled`` event. Settling is shielded from cancellation (a shutdown
 must not leave a half-settled message). The request to the app is sent through ``running``
 (``cancel.Running``): its queue's timeout, or any other cancel, cuts it short with an outcome.
@@ -68,7 +68,7 @@ class Worker:
         self,
         settings: Settings | LiveSettings,
         driver: Driver,
-        forwarder: AppChannel,
+        channel: AppChannel,
         observer: DeliveryObserver,
         settler: Settler,
         delivery: Delivery | None = None,
@@ -81,7 +81,7 @@ class Worker:
         self._gate = gate
         """None: no app gating (tests of what follows a delivery)."""
         self._driver = driver
-        self._forwarder = forwarder
+        self._channel = channel
         self._observer = observer
         self._settler = settler
         self._chain = TransformChain.from_config(live.settings.transforms)
@@ -159,7 +159,7 @@ class Worker:
         if request is not prepared.request:  # tracing on: the app gets its traceparent
             prepared = dataclasses.replace(prepared, request=request)
         outcome = await self.running.send(
-            message, self._forwarder.deliver(prepared),
+            message, self._channel.deliver(prepared),
             self._live.timeout_s(message.queue))
         self._observer.forwarded(message, time.perf_counter() - started)
         if self._gate is None or is_by_operator(outcome):  # the app did not fail: no lesson

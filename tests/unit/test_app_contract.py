@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 
+from priority_pubsub.app.channel.http import classify
 from priority_pubsub.app.cloudevent import build_request, is_expired
-from priority_pubsub.app.forwarder import classify
 from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.core.outcome import Kind
 from priority_pubsub.transforms.base import Payload

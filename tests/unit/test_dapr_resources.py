@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from priority_pubsub.app.forwarder import classify
+from priority_pubsub.app.channel.http import classify
 from priority_pubsub.app.request import Prepared
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.json_text import go_json
