@@ -34,7 +34,7 @@ from priority_pubsub.app.channel.streams import (
     TopicRefused,
 )
 from priority_pubsub.app.gate import NO_APP, AppGate
-from priority_pubsub.app.request import Delivery
+from priority_pubsub.app.request import RequestBuilder
 from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.delivery.control import QueueControl
@@ -85,7 +85,7 @@ async def _nothing() -> None:
 class Sidecar:
     def __init__(
         self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None,
-        delivery: Delivery | None = None,
+        request_builder: RequestBuilder | None = None,
         bulk: Mapping[str, BulkSettings] | None = None,
         streams: StreamHub | None = None,
         reload: ReloadSource | None = None,
@@ -96,7 +96,7 @@ class Sidecar:
             settings, source_hash=content_hash(reload.paths) if reload is not None else "")
         """The settings in force: the one owner every part reads them through."""
         self.driver = driver or build_driver(settings)
-        if streams is not None and delivery is None:  # native mode: topics are queues
+        if streams is not None and request_builder is None:  # native mode: topics are queues
             self.driver = StreamDeadLetters(self.driver, streams)
             if streams.make_queue is None:
                 streams.make_queue = self._queue_of_topic
@@ -133,7 +133,8 @@ class Sidecar:
         self.tracer = build_tracer(settings)
         self.gate = AppGate(live, self.metrics,
                             probe=NO_APP if streams is not None else None)
-        worker = Worker(live, self.driver, self.channel, self.observer, settler, delivery,
+        worker = Worker(live, self.driver, self.channel, self.observer, settler,
+                        request_builder,
                         self.tracer, gate=self.gate)
         self.receiver = Receiver(live, self.dispatcher, worker, self.observer,
                                  capacity=self.gate.capacity)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from priority_pubsub.app.gate import AppGate
-from priority_pubsub.app.request import AppChannel, Delivery, NativeDelivery, NeverSent
+from priority_pubsub.app.request import AppChannel, NativeRequestBuilder, NeverSent, RequestBuilder
 from priority_pubsub.core.errors import TransformError
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
@@ -71,7 +71,7 @@ class Worker:
         channel: AppChannel,
         observer: DeliveryObserver,
         settler: Settler,
-        delivery: Delivery | None = None,
+        request_builder: RequestBuilder | None = None,
         tracer: DeliveryTracer = NO_TRACING,
         *,
         gate: AppGate | None = None,
@@ -85,7 +85,7 @@ class Worker:
         self._observer = observer
         self._settler = settler
         self._chain = TransformChain.from_config(live.settings.transforms)
-        self._delivery = delivery or NativeDelivery(live)
+        self._request_builder = request_builder or NativeRequestBuilder(live)
         self.running = Running()
         """The deliveries at the app now: what a cancel (the timeout's, an operator's) finds."""
 
@@ -143,7 +143,7 @@ class Worker:
                     return Outcome.retry(f"transform unavailable: {exc}")
                 return Outcome.dead(f"transform failed: {exc}")
             attempt.payload = payload  # for the settle hooks
-        prepared = self._delivery.prepare(message, payload)
+        prepared = self._request_builder.prepare(message, payload)
         if isinstance(prepared, Outcome):
             return prepared
         if self._gate is not None and (blocked := self._gate.blocked()) is not None:

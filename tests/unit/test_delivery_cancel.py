@@ -13,7 +13,7 @@ import pytest
 
 from priority_pubsub.app.channel.bulk import BulkChannel, BulkSettings
 from priority_pubsub.app.channel.http import HttpAppChannel
-from priority_pubsub.app.request import NativeDelivery
+from priority_pubsub.app.request import NativeRequestBuilder
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.delivery.cancel import Running, timed_out
@@ -116,7 +116,7 @@ async def test_a_sent_batch_is_cancelled_once_every_entry_left(hung_app: Recordi
     await bulk.start()
     running = Running()
     try:
-        prepare = NativeDelivery(settings).prepare
+        prepare = NativeRequestBuilder(settings).prepare
         deliveries = [running.send(m, bulk.deliver(prepare(m, Payload(b"{}", {}, None))), 60)
                       for m in (message("m1"), message("m2"))]
         sends = [asyncio.create_task(delivery) for delivery in deliveries]
