@@ -1,6 +1,6 @@
 """The composition root: build the parts, start them in order, stop them in reverse.
 
-Parts, in start order: loop watchdog, ops server, driver connection, forwarder, journal,
+Parts, in start order: loop watchdog, ops server, driver connection, app channel, journal,
 depth refresher, app probe (the start gate: the receiver takes nothing before the app is
 reachable), receiver, config watch. The settings in force have one owner, ``self.live``
 (``settings.live``), which every part reads through; a live reload (SIGHUP, or the config's
@@ -34,7 +34,7 @@ from priority_pubsub.app.channel.streams import (
     TopicRefused,
 )
 from priority_pubsub.app.gate import NO_APP, AppGate
-from priority_pubsub.app.request import Delivery
+from priority_pubsub.app.request import RequestBuilder
 from priority_pubsub.core.backoff import Backoff
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.delivery.control import QueueControl
@@ -92,7 +92,7 @@ class Sidecar:
 
     def __init__(
         self, settings: Settings, *, driver: Driver | None = None, rng: random.Random | None = None,
-        delivery: Delivery | None = None,
+        request_builder: RequestBuilder | None = None,
         bulk: Mapping[str, BulkSettings] | None = None,
         streams: StreamHub | None = None,
         reload: ReloadSource | None = None,
@@ -103,16 +103,16 @@ class Sidecar:
             settings, source_hash=content_hash(reload.paths) if reload is not None else "")
         """The settings in force: the one owner every part reads them through."""
         self.driver = driver or build_driver(settings)
-        if streams is not None and delivery is None:  # native mode: topics are queues
+        if streams is not None and request_builder is None:  # native mode: topics are queues
             self.driver = StreamDeadLetters(self.driver, streams)
             if streams.make_queue is None:
                 streams.make_queue = self._queue_of_topic
         self.metrics = Metrics()
         # no app to push to: every queue is a streamed topic's, delivered to its streams
-        self.forwarder = build_channel(settings) if streams is None else StreamChannel(streams)
+        self.channel = build_channel(settings) if streams is None else StreamChannel(streams)
         if bulk:  # topics delivered in batches; a batch grows while the receiver has room
-            self.forwarder = BulkChannel(self.forwarder, self.forwarder, bulk,  # type: ignore[arg-type]
-                                         lambda: self.receiver.has_room())
+            self.channel = BulkChannel(self.channel, self.channel, bulk,  # type: ignore[arg-type]
+                                       lambda: self.receiver.has_room())
         self.journal = (
             JournalWriter(settings.journal.path, settings.journal.rotate_mb,
                           settings.journal.fsync)
@@ -140,7 +140,8 @@ class Sidecar:
         self.tracer = build_tracer(settings)
         self.gate = AppGate(live, self.metrics,
                             probe=NO_APP if streams is not None else None)
-        worker = Worker(live, self.driver, self.forwarder, self.observer, settler, delivery,
+        worker = Worker(live, self.driver, self.channel, self.observer, settler,
+                        request_builder,
                         self.tracer, gate=self.gate)
         self.receiver = Receiver(live, self.dispatcher, worker, self.observer,
                                  capacity=self.gate.capacity)
@@ -180,7 +181,7 @@ class Sidecar:
             *([Part("deletion cost", self.deletion_cost.start, self.deletion_cost.stop)]
               if self.deletion_cost else []),
             Part("driver", self._connect, self.driver.close),
-            Part("forwarder", self.forwarder.start, self.forwarder.close),
+            Part("app channel", self.channel.start, self.channel.close),
             Part("tracer", _nothing, self.tracer.close),
             *([Part("journal", self._start_journal, self._stop_journal)] if self.journal else []),
             Part("depth refresher", self._start_depth, self._stop_depth),

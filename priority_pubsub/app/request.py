@@ -1,7 +1,7 @@
 """How one message becomes one request to the app: the seam between the worker and the
-two delivery modes — native (CloudEvent wrapping and the other conveniences of
-``cloudevent.build_request``) and Dapr (``priority_pubsub.dapr.delivery``: exactly what
-daprd sends) — and, after it, the app channel that carries the request (HTTP, or gRPC's
+two request builders — native (CloudEvent wrapping and the other conveniences of
+``cloudevent.build_request``) and Dapr (``priority_pubsub.dapr.request_builder``: exactly
+what daprd sends) — and, after it, the app channel that carries the request (HTTP, or gRPC's
 ``AppCallback``: ``priority_pubsub.app.channel``).
 """
 
@@ -52,7 +52,7 @@ class NeverSent(asyncio.CancelledError):
 
 
 class AppChannel(Protocol):
-    """Carries one prepared request to the app and reads its answer: the HTTP forwarder or
+    """Carries one prepared request to the app and reads its answer: the HTTP channel or
     the gRPC ``AppCallback`` client. Every failure is an ``Outcome``, never an exception;
     cancelled, ``deliver`` raises ``NeverSent`` where it knows the app never got the request
     (else the cancellation as it is: the app may have it)."""
@@ -64,7 +64,11 @@ class AppChannel(Protocol):
     async def deliver(self, prepared: Prepared) -> Outcome: ...
 
 
-class Delivery(Protocol):
+class RequestBuilder(Protocol):
+    """Turns one message into the request its app channel sends, or into the outcome that
+    settles it unsent (expired, no route): the one place native and Dapr mode differ in what
+    the app receives."""
+
     def prepare(self, message: Message, payload: Payload) -> Prepared | Outcome:
         """The request to send, or the outcome when the message must not reach the app."""
         ...
@@ -78,7 +82,7 @@ class DropHandler(Protocol):
     async def drop(self, message: Message, reason: str) -> None: ...
 
 
-class NativeDelivery:
+class NativeRequestBuilder:
     """``app.url`` + the queue's ``route``; the body per ``app.delivery``
     (docs/app/contract.md). The routes follow a live reload."""
 

@@ -1,7 +1,8 @@
 """The request one delivery sends the app: body, headers and the CloudEvent it carries.
 
-Plain data, built by ``app.cloudevent`` / ``dapr.delivery`` and read by the app channels and by
-``telemetry.tracing`` (which adds the traceparent), so it sits below all of them.
+Plain data, built by ``app.cloudevent`` / ``dapr.request_builder`` and read by the app
+channels and by ``telemetry.tracing`` (which adds the traceparent), so it sits below all of
+them.
 """
 
 from __future__ import annotations

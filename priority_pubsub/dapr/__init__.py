@@ -9,10 +9,10 @@ rules), ``naming`` (queue names as the components name them), ``components`` (th
 kinds; a topic's broker name), ``kinds`` (the component type -> kind registry), ``snssqs``
 (the AWS component's envelope, entities and dead-letter topics), ``provisioning``
 (``priority-pubsub provision`` in Dapr mode), ``plan`` (everything combined into queues and
-settings), ``delivery`` (the request daprd would send), ``dead_letters`` (per-subscription
-dead-letter topics), ``setup`` (loading), ``check`` (templated metadata, routes against the
-app), ``runtime`` (the sidecar run with a Dapr plan). The ``dapr:`` config section's model
-is ``settings.dapr``.
+settings), ``request_builder`` (the request daprd would send), ``dead_letters``
+(per-subscription dead-letter topics), ``setup`` (loading), ``check`` (templated metadata,
+routes against the app), ``runtime`` (the sidecar run with a Dapr plan). The ``dapr:`` config
+section's model is ``settings.dapr``.
 
 May import ``provision``, ``sidecar`` and everything below it (``delivery``, ``app``,
 ``drivers``, ``transforms``, ``telemetry``, ``settings``, ``core``); ``publish_api``,

@@ -20,7 +20,7 @@ from typing import ClassVar
 from priority_pubsub.core.errors import DriverError
 from priority_pubsub.core.message import Message
 from priority_pubsub.core.outcome import Outcome
-from priority_pubsub.dapr.delivery import DaprDelivery
+from priority_pubsub.dapr.request_builder import DaprRequestBuilder
 from priority_pubsub.drivers.base import Driver
 from priority_pubsub.drivers.dead_letter_topics import DeadLetterTopicDriver
 from priority_pubsub.telemetry.logs import get_logger
@@ -34,10 +34,10 @@ TopicPublisher = Callable[[str, bytes], None]
 class DeadLetterTopics(DeadLetterTopicDriver):
     name: ClassVar[str] = "dapr-dead-letter-topics"
 
-    def __init__(self, driver: Driver, delivery: DaprDelivery,
+    def __init__(self, driver: Driver, request_builder: DaprRequestBuilder,
                  publish: TopicPublisher | None) -> None:
         super().__init__(driver)
-        self._delivery = delivery
+        self._request_builder = request_builder
         self._publish = publish
 
     async def drop(self, message: Message, reason: str) -> None:
@@ -46,7 +46,7 @@ class DeadLetterTopics(DeadLetterTopicDriver):
 
     async def _to_topic(self, message: Message, reason: str) -> bool:
         """Publish to the subscription's dead-letter topic and ack; False if it has none."""
-        decoded = self._delivery.decode(
+        decoded = self._request_builder.decode(
             message, Payload(message.body, dict(message.attributes), message.content_type))
         if isinstance(decoded, Outcome) or not decoded.subscription.dead_letter_topic:
             return False

@@ -12,8 +12,8 @@ A resource read again unchanged is a no-op: a component whose metadata is the sa
 values templated with ``{uuid}`` (new at every read) keeps the driver it started with. The
 app's programmatic subscriptions are those it gave at start (daprd asks at start only).
 
-Once applied, the delivery routes by the new plan (``DaprDelivery.use_plan``); a topic
-added gets its queue made first, as the component makes queues at start (unless
+Once applied, the request builder routes by the new plan (``DaprRequestBuilder.use_plan``);
+a topic added gets its queue made first, as the component makes queues at start (unless
 ``disableEntityManagement``), then added at the driver by the reloader.
 """
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from priority_pubsub.dapr.components import Entities
-from priority_pubsub.dapr.delivery import DaprDelivery
 from priority_pubsub.dapr.flags import DaprdFlags
 from priority_pubsub.dapr.plan import DaprPlan
+from priority_pubsub.dapr.request_builder import DaprRequestBuilder
 from priority_pubsub.dapr.setup import Loaded, load, watched_paths
 from priority_pubsub.dapr.subscriptions import Subscription
 from priority_pubsub.dapr.templates import UUID
@@ -73,7 +73,7 @@ def compare(running: Loaded, candidate: Loaded) -> Compared:
 
 
 def _subscription_changes(old: DaprPlan, new: DaprPlan) -> tuple[str, ...]:
-    """Subscriptions changed in what the delivery reads of them (added and removed ones
+    """Subscriptions changed in what the request builder reads of them (added and removed ones
     show as their queues)."""
     def read(subscription: Subscription) -> Subscription:
         return dataclasses.replace(subscription, compiled_rules=(), source="")
@@ -112,14 +112,14 @@ def _bulk_changes(old: DaprPlan, new: DaprPlan) -> tuple[str, ...]:
 
 class DaprReload:
     """The reload source of a Dapr-mode sidecar, and what it puts in force with the settings
-    (the delivery's plan)."""
+    (the request builder's plan)."""
 
     def __init__(self, config: Path | None, flags: DaprdFlags, running: Loaded,
-                 delivery: DaprDelivery, entities: Entities | None) -> None:
+                 request_builder: DaprRequestBuilder, entities: Entities | None) -> None:
         self._config = config
         self._flags = flags
         self._running = running
-        self._delivery = delivery
+        self._request_builder = request_builder
         self._entities = entities
 
     def source(self) -> ReloadSource:
@@ -156,7 +156,7 @@ class DaprReload:
             if warning not in shown:
                 log.warning(warning)
         self._running = loaded
-        self._delivery.use_plan(loaded.plan)
+        self._request_builder.use_plan(loaded.plan)
 
 
 def _restore(before: Mapping[str, str], changed: Mapping[str, str]) -> None:

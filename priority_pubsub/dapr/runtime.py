@@ -1,5 +1,5 @@
 """Dapr mode at run time: create the component's entities (as daprd does at start, unless
-``disableEntityManagement``), then run the sidecar with daprd's delivery and per-subscription
+``disableEntityManagement``), then run the sidecar with daprd's requests and per-subscription
 dead-letter topics, reloading the config and the resources live (``dapr.reload``)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from priority_pubsub.app.channel.bulk import BulkSettings
 from priority_pubsub.app.channel.streams import StreamHub, TopicRefused
 from priority_pubsub.dapr.components import Entities
 from priority_pubsub.dapr.dead_letters import DeadLetterTopics
-from priority_pubsub.dapr.delivery import DaprDelivery
 from priority_pubsub.dapr.flags import DaprdFlags
 from priority_pubsub.dapr.plan import DaprPlan
 from priority_pubsub.dapr.reload import DaprReload
+from priority_pubsub.dapr.request_builder import DaprRequestBuilder
 from priority_pubsub.dapr.setup import Loaded
 from priority_pubsub.settings.config import Settings
 from priority_pubsub.telemetry.logs import get_logger
@@ -56,16 +56,17 @@ async def run_dapr(loaded: Loaded, streams: StreamHub | None = None, *,
     if entities is not None:  # the dead letters too: the driver resolves them at start
         queues = [(q.name, q.topics) for q in plan.queues]
         await asyncio.to_thread(entities.ensure, queues, _dead_letter_queue(settings))
-    delivery = DaprDelivery(plan, settings.app, streams)
-    driver = DeadLetterTopics(build_driver(settings), delivery,
+    request_builder = DaprRequestBuilder(plan, settings.app, streams)
+    driver = DeadLetterTopics(build_driver(settings), request_builder,
                               entities.publish if entities is not None else None)
     bulk = bulk_topics(plan) if settings.app.push else None  # streams take one by one
-    source = (DaprReload(*reload, loaded, delivery, entities).source()
+    source = (DaprReload(*reload, loaded, request_builder, entities).source()
               if reload is not None else None)
-    sidecar = Sidecar(settings, driver=driver, delivery=delivery, bulk=bulk, streams=streams,
-                      reload=source)
+    sidecar = Sidecar(settings, driver=driver, request_builder=request_builder, bulk=bulk,
+                      streams=streams, reload=source)
     if streams is not None:
-        streams.make_queue = StreamTopics(settings, plan, entities, delivery, sidecar).make
+        streams.make_queue = StreamTopics(settings, plan, entities, request_builder,
+                                          sidecar).make
     await sidecar.run()
 
 
@@ -79,7 +80,7 @@ class StreamTopics:
     settings: Settings
     plan: DaprPlan
     entities: Entities | None
-    delivery: DaprDelivery
+    request_builder: DaprRequestBuilder
     sidecar: Sidecar
 
     async def make(self, topic: str) -> str:
@@ -94,7 +95,7 @@ class StreamTopics:
             except Exception as exc:  # boto3 and other SDK errors, at this boundary
                 raise TopicRefused(f"topic {topic}: making queue {queue} failed: {exc}",
                                    "UNAVAILABLE") from exc
-        self.delivery.add_topic(topic, queue)  # before its first message can come
+        self.request_builder.add_topic(topic, queue)  # before its first message can come
         try:
             await self.sidecar.add_queue(queue)  # refused when the queue is not there
         except TopicRefused as exc:

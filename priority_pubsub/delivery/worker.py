@@ -1,6 +1,6 @@
-"""One worker's handling of one message: admit, transform, forward, decide, settle.
+"""One worker's handling of one message: admit, transform, send, decide, settle.
 
-The forwarder returns an ``Outcome`` value; the ``Settler`` turns it into exactly one
+The app channel returns an ``Outcome`` value; the ``Settler`` turns it into exactly one
 driver call and one ``settled`` event. Settling is shielded from cancellation (a shutdown
 must not leave a half-settled message). The request to the app is sent through ``running``
 (``cancel.Running``): its queue's timeout, or any other cancel, cuts it short with an outcome.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from priority_pubsub.app.gate import AppGate
-from priority_pubsub.app.request import AppChannel, Delivery, NativeDelivery, NeverSent
+from priority_pubsub.app.request import AppChannel, NativeRequestBuilder, NeverSent, RequestBuilder
 from priority_pubsub.core.errors import TransformError
 from priority_pubsub.core.message import Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
@@ -68,10 +68,10 @@ class Worker:
         self,
         settings: Settings | LiveSettings,
         driver: Driver,
-        forwarder: AppChannel,
+        channel: AppChannel,
         observer: DeliveryObserver,
         settler: Settler,
-        delivery: Delivery | None = None,
+        request_builder: RequestBuilder | None = None,
         tracer: DeliveryTracer = NO_TRACING,
         *,
         gate: AppGate | None = None,
@@ -81,11 +81,11 @@ class Worker:
         self._gate = gate
         """None: no app gating (tests of what follows a delivery)."""
         self._driver = driver
-        self._forwarder = forwarder
+        self._channel = channel
         self._observer = observer
         self._settler = settler
         self._chain = TransformChain.from_config(live.settings.transforms)
-        self._delivery = delivery or NativeDelivery(live)
+        self._request_builder = request_builder or NativeRequestBuilder(live)
         self.running = Running()
         """The deliveries at the app now: what a cancel (the timeout's, an operator's) finds."""
 
@@ -143,7 +143,7 @@ class Worker:
                     return Outcome.retry(f"transform unavailable: {exc}")
                 return Outcome.dead(f"transform failed: {exc}")
             attempt.payload = payload  # for the settle hooks
-        prepared = self._delivery.prepare(message, payload)
+        prepared = self._request_builder.prepare(message, payload)
         if isinstance(prepared, Outcome):
             return prepared
         if self._gate is not None and (blocked := self._gate.blocked()) is not None:
@@ -159,7 +159,7 @@ class Worker:
         if request is not prepared.request:  # tracing on: the app gets its traceparent
             prepared = dataclasses.replace(prepared, request=request)
         outcome = await self.running.send(
-            message, self._forwarder.deliver(prepared),
+            message, self._channel.deliver(prepared),
             self._live.timeout_s(message.queue))
         self._observer.forwarded(message, time.perf_counter() - started)
         if self._gate is None or is_by_operator(outcome):  # the app did not fail: no lesson

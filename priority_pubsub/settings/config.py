@@ -535,7 +535,7 @@ def resolve_config_path(path: str | Path | None) -> Path:
 def load_config(path: str | Path | None = None) -> Settings:
     """Read, override from the environment, validate. Raises ``ConfigError`` (one line)."""
     config_path = resolve_config_path(path)
-    raw = _read_config_file(config_path)
+    raw = read_config_file(config_path)
     return validate_config(raw)
 
 
@@ -586,7 +586,9 @@ def describe_validation_error(exc: ValidationError, prefix: str = "") -> str:
     return f"{path or 'config'}: {message}{more}"
 
 
-def _read_config_file(config_path: Path) -> dict[str, Any]:
+def read_config_file(config_path: Path) -> dict[str, Any]:
+    """The config file as a dict, environment overrides applied, not yet validated (Dapr
+    mode merges daprd's flags into it first)."""
     if not config_path.is_file():
         raise ConfigError(f"config file not found: {config_path}")
     _refuse_dapr_manifest(config_path)
@@ -599,10 +601,6 @@ def _read_config_file(config_path: Path) -> dict[str, Any]:
     _secrets_verbatim_from_env(settings)
     anchor_relative_paths(settings, config_path.parent.resolve(), ENV_PREFIX)  # beside the file
     return settings
-
-
-read_config_file = _read_config_file
-"""The config file as a dict, environment overrides applied, not yet validated."""
 
 
 def _refuse_dapr_manifest(config_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""App channels: how a prepared request reaches the app — HTTP (``forwarder.Forwarder``) or
+"""App channels: how a prepared request reaches the app — HTTP (``http.HttpAppChannel``) or
 gRPC (``grpc.GrpcAppChannel``, Dapr's ``AppCallback``), chosen by ``app.url``'s scheme. Both
 sit behind the same seam (``app.request.AppChannel``), so leases, timeouts, health gating and
 every settle rule apply to both alike."""
@@ -17,6 +17,6 @@ def build_channel(settings: Settings) -> AppChannel:
         from priority_pubsub.app.channel.grpc import GrpcAppChannel
 
         return GrpcAppChannel(settings.app)
-    from priority_pubsub.app.forwarder import Forwarder
+    from priority_pubsub.app.channel.http import HttpAppChannel
 
-    return Forwarder(settings.app, exact_status=settings.dapr is not None)
+    return HttpAppChannel(settings.app, exact_status=settings.dapr is not None)

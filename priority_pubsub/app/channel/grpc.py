@@ -6,7 +6,7 @@ answer's status SUCCESS acks (an empty answer is SUCCESS: proto3's default), RET
 unknown status retry, DROP drops; a gRPC error retries, except UNIMPLEMENTED, which daprd
 treats as done: it returns success, so the message is acked and never dead-lettered (logged
 as a warning and journaled with its reason). UNAVAILABLE because the channel could not
-connect (the call never reached the app) is a release, as the HTTP forwarder's connect-phase
+connect (the call never reached the app) is a release, as the HTTP channel's connect-phase
 failure: the app health gate pauses receiving and the message is not counted.
 
 A call has no deadline of its own: the worker cancels it at its queue's timeout

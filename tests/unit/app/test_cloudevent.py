@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 
+from priority_pubsub.app.channel.http import classify
 from priority_pubsub.app.cloudevent import build_request, is_expired
-from priority_pubsub.app.forwarder import classify
 from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.core.outcome import Kind
 from priority_pubsub.transforms.base import Payload
@@ -106,13 +106,13 @@ def test_a_published_cloudevent_keeps_its_own_topic_but_gets_the_header() -> Non
 
 
 def test_native_delivery_http_and_grpc_name_the_same_topic_and_pubsub() -> None:
-    from priority_pubsub.app.request import NativeDelivery, Prepared
+    from priority_pubsub.app.request import NativeRequestBuilder, Prepared
     from priority_pubsub.settings.config import validate_config
 
     settings = validate_config({"queues": [{"name": "tasks-high", "route": "/t"}],
                                 "app": {"url": "http://127.0.0.1:1", "pubsub_name": "jobs"}})
     msg = message(b'{"job": 1}')
-    prepared = NativeDelivery(settings).prepare(msg, Payload(msg.body, {}, None))
+    prepared = NativeRequestBuilder(settings).prepare(msg, Payload(msg.body, {}, None))
     assert isinstance(prepared, Prepared)
     assert prepared.target is not None
     event = json.loads(prepared.request.body)

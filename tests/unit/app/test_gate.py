@@ -1,5 +1,5 @@
 """The app gate turns delivery outcomes into pauses and uncounted returns (fake clock and
-probe; the forwarder's classification against a real closed port and a real 503)."""
+probe; the HTTP channel's classification against a real closed port and a real 503)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from priority_pubsub.app.forwarder import Forwarder, classify
+from priority_pubsub.app.channel.http import HttpAppChannel, classify
 from priority_pubsub.app.gate import AppGate
 from priority_pubsub.core.app_request import AppRequest
 from priority_pubsub.core.message import Lease, Message, now_ms
@@ -186,8 +186,8 @@ def test_only_429_or_503_with_retry_after_is_a_not_now(
 
 async def test_a_closed_port_is_a_connect_phase_failure_but_a_reset_is_an_attempt() -> None:
     settings = validate_config({"queues": [{"name": "q"}], "app": {"timeout_s": 2}})
-    forwarder = Forwarder(settings.app)
-    await forwarder.start()
+    channel = HttpAppChannel(settings.app)
+    await channel.start()
     request = AppRequest(b"{}", {}, None)
 
     async def reset(request: web.Request) -> web.Response:
@@ -202,16 +202,16 @@ async def test_a_closed_port_is_a_connect_phase_failure_but_a_reset_is_an_attemp
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     try:
-        refused = await forwarder.forward(f"http://127.0.0.1:{free_port()}/", request)
+        refused = await channel.post(f"http://127.0.0.1:{free_port()}/", request)
         assert refused.kind is Kind.RELEASE
         assert refused.http_status is None
         assert refused.reason is not None
         assert refused.reason.startswith("app not reachable: ClientConnectorError")
         port = runner.addresses[0][1]
-        after_send = await forwarder.forward(f"http://127.0.0.1:{port}/", request)
+        after_send = await channel.post(f"http://127.0.0.1:{port}/", request)
         assert after_send.kind is Kind.RETRY
     finally:
-        await forwarder.close()
+        await channel.close()
         await runner.cleanup()
 
 

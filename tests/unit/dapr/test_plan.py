@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 import yaml
 
-from priority_pubsub.app.forwarder import classify
+from priority_pubsub.app.channel.http import classify
 from priority_pubsub.app.request import Prepared
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.json_text import go_json
 from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.core.outcome import Kind, Outcome
-from priority_pubsub.dapr.delivery import DaprDelivery
 from priority_pubsub.dapr.manifests import load_manifests
 from priority_pubsub.dapr.naming import aws_sanitized
 from priority_pubsub.dapr.plan import DaprPlan, build_plan
+from priority_pubsub.dapr.request_builder import DaprRequestBuilder
 from priority_pubsub.dapr.subscriptions import from_app, merge
 from priority_pubsub.settings.config import AppConfig, validate_config
 from priority_pubsub.settings.dapr import DaprConfig
@@ -167,8 +167,8 @@ def _prepare(tmp_path: Path, body: bytes, route: dict[str, Any]) -> Prepared | O
                                               **route}])
     envelope = json.dumps({"Type": "Notification", "Message": body.decode(),
                            "TopicArn": "arn:aws:sns:us-east-1:1:orders"}).encode()
-    delivery = DaprDelivery(plan, AppConfig(url="http://app:3000"))
-    return delivery.prepare(_message(envelope), Payload(envelope))
+    request_builder = DaprRequestBuilder(plan, AppConfig(url="http://app:3000"))
+    return request_builder.prepare(_message(envelope), Payload(envelope))
 
 
 def test_delivery_keeps_the_bytes_and_routes_by_cel(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Dapr mode's live reload against the running resources (issue 40, item 1): what
 ``dapr.reload.compare`` makes of a resources directory read again, through the loading path
-of start (``setup.load``), then the same ``reload_diff`` as native mode; the delivery
+of start (``setup.load``), then the same ``reload_diff`` as native mode; the request builder
 following the new plan, a removed topic's in-flight messages still routed."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from priority_pubsub import cli
 from priority_pubsub.core.message import Lease, Message
-from priority_pubsub.dapr.delivery import DaprDelivery, Decoded
 from priority_pubsub.dapr.flags import DaprdFlags
 from priority_pubsub.dapr.reload import compare
+from priority_pubsub.dapr.request_builder import DaprRequestBuilder, Decoded
 from priority_pubsub.dapr.setup import Loaded, load
 from priority_pubsub.settings.reload import ReloadDiff, reload_diff
 from priority_pubsub.transforms.base import Payload
@@ -115,18 +115,18 @@ def message(queue: str, topic: str) -> tuple[Message, Payload]:
             Payload(body, {}, "application/cloudevents+json"))
 
 
-def test_the_delivery_follows_a_new_plan_and_keeps_a_removed_topics_route(
+def test_the_request_builder_follows_a_new_plan_and_keeps_a_removed_topics_route(
     tmp_path: Path
 ) -> None:
     running = loaded(tmp_path, component(), ORDERS, URGENT)
     assert running.plan is not None
-    delivery = DaprDelivery(running.plan, running.settings.app)
+    request_builder = DaprRequestBuilder(running.plan, running.settings.app)
     moved = subscription_v2("orders", PUBSUB, "orders", default="/orders-v2")
     new = loaded(tmp_path, component(), moved)
     assert new.plan is not None
-    delivery.use_plan(new.plan)
-    orders = delivery.decode(*message("orders", "orders"))
-    urgent = delivery.decode(*message("urgent", "urgent"))  # in flight when it was removed
+    request_builder.use_plan(new.plan)
+    orders = request_builder.decode(*message("orders", "orders"))
+    urgent = request_builder.decode(*message("urgent", "urgent"))  # in flight when it was removed
     assert isinstance(orders, Decoded)
     assert isinstance(urgent, Decoded)
     assert orders.subscription.rules[-1].path == "/orders-v2"

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from priority_pubsub.app.channel.bulk import BulkChannel, BulkSettings
-from priority_pubsub.app.forwarder import Forwarder
-from priority_pubsub.app.request import NativeDelivery
+from priority_pubsub.app.channel.http import HttpAppChannel
+from priority_pubsub.app.request import NativeRequestBuilder
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.core.outcome import Kind, Outcome
 from priority_pubsub.delivery.cancel import Running, timed_out
@@ -111,12 +111,12 @@ def hung_app() -> Iterator[RecordingApp]:
 
 async def test_a_sent_batch_is_cancelled_once_every_entry_left(hung_app: RecordingApp) -> None:
     settings = validate_config({"queues": [{"name": "q"}], "app": {"url": hung_app.url}})
-    forwarder = Forwarder(settings.app, exact_status=True)
-    bulk = BulkChannel(forwarder, forwarder, {"q": BulkSettings(max_messages=2)}, lambda: True)
+    channel = HttpAppChannel(settings.app, exact_status=True)
+    bulk = BulkChannel(channel, channel, {"q": BulkSettings(max_messages=2)}, lambda: True)
     await bulk.start()
     running = Running()
     try:
-        prepare = NativeDelivery(settings).prepare
+        prepare = NativeRequestBuilder(settings).prepare
         deliveries = [running.send(m, bulk.deliver(prepare(m, Payload(b"{}", {}, None))), 60)
                       for m in (message("m1"), message("m2"))]
         sends = [asyncio.create_task(delivery) for delivery in deliveries]

@@ -64,7 +64,7 @@ async def test_an_operator_s_cancel_aborts_the_request_and_teaches_the_gate_noth
         gate = AppGate(subject._live, Metrics())
         gate.health.probe_passed()  # the app is up: the start gate is open
         subject._gate = gate
-        await subject._forwarder.start()
+        await subject._channel.start()
         freed = asyncio.Event()
         try:
             handling = asyncio.create_task(subject.handle(message(), freed.set))
@@ -74,6 +74,6 @@ async def test_an_operator_s_cancel_aborts_the_request_and_teaches_the_gate_noth
             await asyncio.wait_for(handling, 20)
             await asyncio.to_thread(wait_until, lambda: cut_off() == 1, 20)
         finally:
-            await subject._forwarder.close()
+            await subject._channel.close()
     assert driver.calls == [("retry", 2.0)]
     assert gate.blocked() is None  # the breaker did not open

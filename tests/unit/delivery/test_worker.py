@@ -71,10 +71,10 @@ def worker(driver: RecordingDriver, journal: JournalWriter | None = None,
            **config: Any) -> Worker:
     settings = validate_config({"queues": [{"name": "q"}], "dead_letter": {"queue": "dead"},
                                 "retry": {"max_attempts": 3, "initial_delay_s": 2}, **config})
-    forwarder = build_channel(settings)
+    channel = build_channel(settings)
     observer = DeliveryObserver(Metrics(), journal, driver_type="fake")
     settler = Settler(settings, driver, observer)  # type: ignore[arg-type]
-    return Worker(settings, driver, forwarder, observer, settler)  # type: ignore[arg-type]
+    return Worker(settings, driver, channel, observer, settler)  # type: ignore[arg-type]
 
 
 async def test_a_transform_bug_dead_letters_with_the_reason() -> None:
@@ -147,7 +147,7 @@ async def test_a_failed_settle_is_journaled_as_settle_failed_never_ack(
     journal = JournalWriter(tmp_path, rotate_mb=1)
     journal.start()
     subject = worker(FailingAck(error), journal)
-    monkeypatch.setattr(subject._forwarder, "forward", app_says_ok)
+    monkeypatch.setattr(subject._channel, "post", app_says_ok)
     await subject.handle(message())
     await journal.close()
     [path] = tmp_path.glob("journal-*.jsonl")
@@ -172,7 +172,7 @@ async def test_a_retriable_settle_failure_is_retried_while_the_lease_lasts() -> 
     async def app_says_ok(*_: object) -> Outcome:
         return Outcome.ack(200)
 
-    subject._forwarder.forward = app_says_ok  # type: ignore[method-assign]
+    subject._channel.post = app_says_ok  # type: ignore[method-assign]
     await subject.handle(message())
     assert attempts == 3
 
@@ -205,14 +205,14 @@ async def test_a_hung_app_is_cut_off_at_the_timeout_and_the_message_retried(
             {"queues": [{"name": "q", "timeout_s": 0.5}], "app": {"url": url, "timeout_s": 600}}
             if set_on == "queue" else {"app": {"url": url, "timeout_s": 0.5}})
         subject = worker(driver, journal, **timeouts)
-        await subject._forwarder.start()
+        await subject._channel.start()
         started = time.monotonic()
         freed: list[float] = []
         try:
             await subject.handle(message(), lambda: freed.append(time.monotonic() - started))
             await asyncio.to_thread(wait_until, lambda: cut_off() == 1, 5)
         finally:
-            await subject._forwarder.close()
+            await subject._channel.close()
     await journal.close()
     assert 0.5 <= freed[0] < 3, freed
     assert driver.calls == [("retry", 2.0)]  # retry.initial_delay_s: an attempt, as any retry
@@ -282,7 +282,7 @@ async def test_a_stop_returns_what_the_app_had_at_once_counted_never_past_the_li
     journal.start()
     driver = RecordingDriver()
     subject = worker(driver, journal)
-    subject._forwarder = app = HeldByTheApp()
+    subject._channel = app = HeldByTheApp()
     await stop_when(app.reached, subject, message(attempt))
     await journal.close()
     assert driver.calls == [call]
@@ -297,7 +297,7 @@ async def test_a_stop_before_the_app_got_the_message_releases_it_unseen(
     driver = RecordingDriver()
     subject = worker(driver, journal)
     subject._chain = TransformChain([stuck := StuckTransform()])
-    subject._forwarder = app = HeldByTheApp()
+    subject._channel = app = HeldByTheApp()
     await stop_when(stuck.reached, subject, message(2))
     await journal.close()
     assert not app.reached.is_set()
@@ -318,7 +318,7 @@ async def test_a_stop_releases_a_bulk_entry_whose_batch_was_not_sent(tmp_path: P
     driver = RecordingDriver()
     subject = worker(driver, journal)
     inner = HeldByTheApp()
-    subject._forwarder = BulkChannel(inner, NoBulkAnswer(), {"q": BulkSettings(10, 60)},
+    subject._channel = BulkChannel(inner, NoBulkAnswer(), {"q": BulkSettings(10, 60)},
                                      has_room=lambda: True)
     task = asyncio.create_task(subject.handle(message(3)))
     await asyncio.to_thread(wait_until, lambda: len(subject.running) == 1, 5)

@@ -25,7 +25,7 @@ from azure.servicebus._pyamqp.message import Message as AmqpMessage
 
 from priority_pubsub.app.request import Prepared
 from priority_pubsub.core.message import Lease, Message
-from priority_pubsub.dapr.delivery import DaprDelivery
+from priority_pubsub.dapr.request_builder import DaprRequestBuilder
 from priority_pubsub.drivers.azure_servicebus import system_properties
 from priority_pubsub.settings.config import AppConfig
 from priority_pubsub.transforms.base import Payload
@@ -79,7 +79,7 @@ def test_dapr_mode_sends_them_as_metadata_headers_after_the_publishers(tmp_path:
     body = json.dumps({"specversion": "1.0", "id": "1", "source": "s", "type": "t"}).encode()
     message = Message("m-1", "orders", 0, body, {"tier": "gold", "MessageId": "spoofed"}, 3, 0,
                       Lease(None, 0), broker_properties=system_properties(received()))
-    prepared = DaprDelivery(plan, AppConfig(url="http://app:3000")).prepare(
+    prepared = DaprRequestBuilder(plan, AppConfig(url="http://app:3000")).prepare(
         message, Payload(body, dict(message.attributes)))
     assert isinstance(prepared, Prepared)
     headers = prepared.request.headers

@@ -58,13 +58,16 @@ class Decoded:
 
     data: bytes
     topic: str
-    subscription: Subscription
     metadata: dict[str, str]
+    subscription: Subscription
     content_type: str | None = None
     """The component's (``NewMessage.ContentType``), where it gives one."""
 
 
-class DaprDelivery:
+class DaprRequestBuilder:
+    """Dapr mode's request builder: each message decoded as daprd's runtime receives it,
+    matched to its subscription, and sent as daprd's HTTP subscriber would send it."""
+
     def __init__(self, plan: DaprPlan, app: AppConfig, streams: StreamHub | None = None
                  ) -> None:
         self._plan = plan
@@ -130,7 +133,7 @@ class DaprDelivery:
             # the stream's own deadLetterTopic (its initial request), as daprd's streaming
             # subscription carries its own
             subscription = dataclasses.replace(subscription, dead_letter_topic=dead_letters)
-        return Decoded(unwrapped.data, topic, subscription, metadata, unwrapped.content_type)
+        return Decoded(unwrapped.data, topic, metadata, subscription, unwrapped.content_type)
 
     def prepare(self, message: Message, payload: Payload) -> Prepared | Outcome:
         decoded = self.decode(message, payload)

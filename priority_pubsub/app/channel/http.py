@@ -1,4 +1,4 @@
-"""Deliver one attempt to the app over HTTP and read its answer as an ``Outcome``.
+"""The HTTP app channel: one attempt posted to the app, its answer read as an ``Outcome``.
 
 One ``aiohttp.ClientSession`` serves the whole sidecar; connections are reused. Its
 connector has no limit of its own: the receiver's slots (``concurrency``, which a live
@@ -69,7 +69,7 @@ def _classify_success(status: int, body: bytes, exact_status: bool) -> Outcome:
     return Outcome.retry(f"app answered unknown status {str(answer)[:40]!r}", status)
 
 
-class Forwarder:
+class HttpAppChannel:
     """Posts requests to the app; every failure becomes an ``Outcome``, never an exception."""
 
     def __init__(self, app: AppConfig, *, exact_status: bool = False) -> None:
@@ -93,9 +93,9 @@ class Forwarder:
             self._session = None
 
     async def deliver(self, prepared: Prepared) -> Outcome:
-        return await self.forward(prepared.url, prepared.request)
+        return await self.post(prepared.url, prepared.request)
 
-    async def forward(self, url: str, request: AppRequest) -> Outcome:
+    async def post(self, url: str, request: AppRequest) -> Outcome:
         answer = await self._exchange(url, request.body, request.headers)
         if isinstance(answer, Outcome):
             return answer
@@ -105,7 +105,7 @@ class Forwarder:
 
     async def deliver_bulk(self, batch: Batch) -> dict[str, Outcome] | Outcome:
         """A batch as daprd posts it: the bulk envelope as JSON to the route, the bulk
-        metadata as headers; the answer's ``statuses`` per entry (``app_channel.bulk``)."""
+        metadata as headers; the answer's ``statuses`` per entry (``channel.bulk``)."""
         headers = {"Content-Type": "application/json", "pubsubName": batch.pubsub}
         token = batch.entries[0].prepared.request.headers.get("dapr-api-token")
         if token:
