@@ -130,13 +130,19 @@ async def test_a_failing_or_hanging_api_is_counted_and_tried_again(
     busy, metrics = Busy(), Metrics()
     api.mode = mode  # type: ignore[assignment]
     busy.now = True
-    keeper = cost_keeper(api, busy, metrics, timeout_s=0.3)
+    # The patch's own timeout ends a hanging call; it must also fit a TLS handshake and a
+    # patch on a loaded machine (0.3 s did not at load 18), and the waits below follow from
+    # it: an attempt every interval, each ending within the timeout.
+    timeout_s = 2.0
+    keeper = cost_keeper(api, busy, metrics, timeout_s=timeout_s)
     await keeper.start()
     try:
-        await until(lambda: patches(metrics, "failed") >= 2, timeout_s=3 * INTERVAL_S + 5)
+        await until(lambda: patches(metrics, "failed") >= 2,
+                    timeout_s=3 * (INTERVAL_S + timeout_s) + 5)
         assert api.cost() is None
         api.mode = "ok"
-        await until(lambda: patches(metrics, "applied") == 1, timeout_s=INTERVAL_S + 5)
+        await until(lambda: patches(metrics, "applied") == 1,
+                    timeout_s=2 * (INTERVAL_S + timeout_s) + 5)
     finally:
         await keeper.stop()
     assert api.cost() == "1000"
