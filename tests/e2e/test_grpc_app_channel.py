@@ -46,6 +46,7 @@ def publish_api(**overrides: object) -> dict[str, object]:
 
 
 @pytest.mark.local
+@pytest.mark.app_deps(PUBSUB_SIMPLE)
 def test_python_sdk_pubsub_example_through_the_sidecar(tmp_path: Path) -> None:
     api = publish_api(app_id="python-publisher")
     config = local_config(
