@@ -10,6 +10,7 @@ that hangs (waiting on a socket, not for a CPU) still runs out of it at the usua
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -36,3 +37,15 @@ class OwnClock:
 
     def elapsed_s(self) -> float:
         return self.wall_s() - (run_queue_wait_s(self.pid) - self._waited_before)
+
+
+def wait_in_own_time(pid: int, predicate: Callable[[], bool], timeout_s: float,
+                     interval_s: float = 0.05) -> None:
+    """Until ``predicate()``, for ``timeout_s`` of ``pid``'s own time; ``TimeoutError``
+    saying both clocks after that."""
+    clock = OwnClock(pid)
+    while clock.elapsed_s() < timeout_s:
+        if predicate():
+            return
+        time.sleep(interval_s)
+    raise TimeoutError(f"not in {timeout_s}s of its own time ({clock.wall_s():.0f} s on the clock)")
