@@ -12,6 +12,7 @@ pytest.register_assert_rewrite("tests.drivers.conformance", "tests.e2e.scenarios
 
 # Session fixtures for real servers, shared by driver and end-to-end tests (one each per run).
 pytest_plugins = [
+    "tests.support.app_deps",  # before pytest-timeout's clock: third-party apps' installs
     "tests.support.browser",
     "tests.support.pubsub_emulator",
     "tests.support.moto_server",

@@ -15,6 +15,7 @@ and it cannot act on it: the page says so, and points to ``priority-pubsub reque
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -87,6 +88,11 @@ class DeadLetterDesk:
         self._queue_names = queue_names
         self._recorded = recorded
         self._listed: tuple[float, DeadLetterFilter, int, Listing] | None = None
+        self._turn = asyncio.Lock()
+        """Reads and actions on the dead-letter queue take turns: a RabbitMQ browse holds
+        what it read until its channel closes, so an action's ``receive_ids`` meanwhile found
+        those letters missing and left them (a page refreshing on a loaded machine hit it);
+        and a read begun before an action stored the list as it was before it."""
 
     @property
     def browsable(self) -> bool:
@@ -104,8 +110,9 @@ class DeadLetterDesk:
         if listed is not None and listed[1:3] == (selected, limit) and \
                 time.monotonic() - listed[0] < LISTING_TTL_S:
             return listed[3]
-        found = await self._read(selected, limit)
-        self._listed = (time.monotonic(), selected, limit, found)
+        async with self._turn:
+            found = await self._read(selected, limit)
+            self._listed = (time.monotonic(), selected, limit, found)
         return found
 
     async def _read(self, selected: DeadLetterFilter, limit: int) -> Listing:
@@ -130,6 +137,10 @@ class DeadLetterDesk:
     async def requeue(self, ids: Sequence[str]) -> int:
         """Move these dead letters back to the queue each came from; how many moved. One
         whose source is not a consumed queue is handed back to the dead-letter queue."""
+        async with self._turn:
+            return await self._requeue(ids)
+
+    async def _requeue(self, ids: Sequence[str]) -> int:
         moved = 0
         for dead_queue, message in await self._take(ids):
             source = (message.attributes.get(DEAD_LETTER_SOURCE)
@@ -147,6 +158,10 @@ class DeadLetterDesk:
         return moved
 
     async def delete(self, ids: Sequence[str]) -> int:
+        async with self._turn:
+            return await self._delete(ids)
+
+    async def _delete(self, ids: Sequence[str]) -> int:
         deleted = 0
         for _, message in await self._take(ids):
             try:

@@ -23,9 +23,9 @@ from tests.support.redis_server import OwnRedis
 from tests.support.servers import free_port
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.redis
 JS_APPS = Path(__file__).resolve().parents[1] / "apps" / "js-sdk"
 PYTHON_APPS = Path(__file__).resolve().parents[1] / "apps" / "python-sdk"
+pytestmark = [pytest.mark.redis, pytest.mark.app_deps(JS_APPS, PYTHON_APPS)]
 
 
 def _node_app(script: str, protocol: str, log_path: Path, env: dict[str, str]) -> AppProcess:
@@ -43,7 +43,6 @@ def _lines(output: str, what: str) -> list[int]:
 def test_js_sdk_server_subscribes_receives_and_publishes(
     tmp_path: Path, own_redis: OwnRedis, protocol: str
 ) -> None:
-    node_modules(JS_APPS)  # installed before the clocks below start
     app_port = free_port()
     resources = redis_resources(tmp_path / "resources", own_redis.port, [])
     daprd = Daprd(tmp_path, f"js-{protocol}", resources, app_port, "--app-protocol", protocol)

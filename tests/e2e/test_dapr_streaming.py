@@ -396,7 +396,16 @@ def _refused(grpc_port: int, topic: str, pubsub: str) -> grpc.RpcError:
     return refused.value
 
 
+PROVISIONED_S = 60.0  # a sidecar's readiness, provisioning on moto
+EVENT_S = 30.0  # a stream's next event, or the streams opening
+MOTO_S = 10.0  # a queue's count on moto turning
+
+
+# The test's own waits bound it, each failing with what it waited for: their sum (two
+# sidecars, a dead-letter notification's 20 s), not the suite's 120 s, which the whole run
+# neared with no wait late (93 s at load 27 on two cores).
 @pytest.mark.sqs
+@pytest.mark.timeout(2 * PROVISIONED_S + 8 * EVENT_S + 20 + 2 * MOTO_S)
 def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_makes_it(
     tmp_path: Path, sns: Sns, moto_server: MotoServer
 ) -> None:
@@ -414,7 +423,7 @@ def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_
     config = dapr_config(tmp_path, resources, app_id, "http://127.0.0.1:1", concurrency=1,
                          app={"push": False}, publish_api=api)
     # provisioning on moto (queue, SNS topic, subscription) is slow on a loaded machine
-    sidecar = start_sidecar(tmp_path, config, ready_timeout_s=60)
+    sidecar = start_sidecar(tmp_path, config, ready_timeout_s=PROVISIONED_S)
     dead_letters = sns.tap("poison")
     high = StreamClient(api["grpc_port"], "orders", "orderpubsub")
     late = StreamClient(api["grpc_port"], "late", "orderpubsub", dead_letter_topic="poison")
@@ -425,32 +434,32 @@ def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_
         assert answer.status_code == 204, answer.text
 
     try:
-        wait_until(lambda: _streams_open(api) == 2, 30)
+        wait_until(lambda: _streams_open(api) == 2, EVENT_S)
         assert sns.visible(f"{app_id}-late") == 0  # made, empty
         # quiet for longer than the driver's long poll (``wait_time_s``, 1 s in dapr_config):
         # the waits came back empty, and the next ones must still take what comes (a take
         # used to wait on for a stream to come or go, and the message sat in its queue)
         time.sleep(2.5)
         publish("late", 1)
-        event = late.next_event(30)
+        event = late.next_event(EVENT_S)
         assert (event.topic, event.pubsub_name, _order(event)) == ("late", "orderpubsub", 1)
         late.answer(event, TopicEventResponse.DROP)  # to the stream's dead-letter topic
         [notification] = sns.messages(dead_letters, 1)
         assert json.loads(notification["Message"])["data"] == {"order": 1}
 
         publish("late", 2)
-        held = late.next_event(30)  # the only worker
+        held = late.next_event(EVENT_S)  # the only worker
         publish("late", 3)
         publish("orders", 4)
-        wait_until(lambda: sns.visible(f"{app_id}-orders") == 1, 10)
+        wait_until(lambda: sns.visible(f"{app_id}-orders") == 1, MOTO_S)
         late.answer(held, TopicEventResponse.SUCCESS)
-        event = high.next_event(30)
+        event = high.next_event(EVENT_S)
         assert _order(event) == 4  # the Subscription's topic first
         high.answer(event, TopicEventResponse.SUCCESS)
-        event = late.next_event(30)
+        event = late.next_event(EVENT_S)
         assert _order(event) == 3
         late.answer(event, TopicEventResponse.SUCCESS)
-        wait_until(lambda: sns.visible(f"{app_id}-late") == 0, 10)
+        wait_until(lambda: sns.visible(f"{app_id}-late") == 0, MOTO_S)
     finally:
         high.close()
         late.close()
@@ -462,7 +471,7 @@ def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_
     api = publish_api()
     config = dapr_config(tmp_path / "unmanaged", unmanaged, app_id, "http://127.0.0.1:1",
                          app={"push": False}, publish_api=api)
-    sidecar = start_sidecar(tmp_path / "unmanaged", config, ready_timeout_s=60)
+    sidecar = start_sidecar(tmp_path / "unmanaged", config, ready_timeout_s=PROVISIONED_S)
     try:
         refused = _refused(api["grpc_port"], "absent", "orderpubsub")
         assert refused.code() == grpc.StatusCode.NOT_FOUND, refused
@@ -472,12 +481,12 @@ def test_snssqs_stream_on_a_topic_unknown_at_start_gets_its_queue_made_as_daprd_
             sns.visible(f"{app_id}-absent")  # nothing made
         # a queue that exists is taken, entity management off or not
         late = StreamClient(api["grpc_port"], "late", "orderpubsub")
-        wait_until(lambda: _streams_open(api) == 1, 30)
+        wait_until(lambda: _streams_open(api) == 1, EVENT_S)
         publish_late = httpx.post(
             f"http://127.0.0.1:{api['http_port']}/v1.0/publish/orderpubsub/late",
             json={"order": 5}, timeout=10)
         assert publish_late.status_code == 204, publish_late.text
-        event = late.next_event(30)
+        event = late.next_event(EVENT_S)
         assert _order(event) == 5
         late.answer(event, TopicEventResponse.SUCCESS)
         late.close()

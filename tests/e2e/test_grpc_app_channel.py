@@ -46,6 +46,7 @@ def publish_api(**overrides: object) -> dict[str, object]:
 
 
 @pytest.mark.local
+@pytest.mark.app_deps(PUBSUB_SIMPLE)
 def test_python_sdk_pubsub_example_through_the_sidecar(tmp_path: Path) -> None:
     api = publish_api(app_id="python-publisher")
     config = local_config(
@@ -146,6 +147,9 @@ def test_grpc_app_started_late_and_gone_away_costs_no_attempt(tmp_path: Path) ->
     publish(config_path, "high", '{"n": "early"}', count=5)
     sidecar = SidecarProcess(tmp_path, config)
     try:
+        # its ops server up first (on a loaded machine that took more than the 5 s below, and
+        # the metrics read failed; stop then met a sidecar with no signal handler yet: -15)
+        wait_until(lambda: sidecar.ready_status() != 0, 30)
         time.sleep(5)  # longer than the whole retry schedule
         assert all(row["attempts"] == 0 for row in queue_rows(tmp_path / "queues.db", "high"))
         assert total(sidecar.metrics(), "priority_pubsub_app_up") == 0

@@ -36,7 +36,8 @@ from tests.support.redis_server import OwnRedis
 from tests.support.sidecar import SidecarProcess, start_sidecar
 from tests.support.topologies.redis import group_lag
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.app_deps(
+    QUICKSTARTS / "http-order-processor", *(QUICKSTARTS / c for c in CHECKOUTS))]
 QUICKSTART_COMPONENT = """\
 apiVersion: dapr.io/v1alpha1
 kind: Component

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import yaml
 
+from tests.support.own_time import wait_in_own_time
 from tests.support.servers import free_port
-from tests.support.waiting import wait_until
 
 DAPR_INIT_CONFIG = {  # what `dapr init` writes to ~/.dapr/config.yaml
     "apiVersion": "dapr.io/v1alpha1", "kind": "Configuration",
@@ -78,6 +78,7 @@ class Daprd:
         return self.log_path.read_text(errors="replace")
 
     def wait_api(self, timeout_s: float = 30) -> None:
+        """Until its API answers, for ``timeout_s`` of its own time (as ``wait_ready``)."""
         def answering() -> bool:
             if self.process.poll() is not None:
                 raise AssertionError(f"exited {self.process.returncode}:\n{self.logs()}")
@@ -86,7 +87,10 @@ class Daprd:
             except httpx.HTTPError:
                 return False
 
-        wait_until(answering, timeout_s)
+        try:
+            wait_in_own_time(self.process.pid, answering, timeout_s)
+        except TimeoutError as late:
+            raise AssertionError(f"daprd API not answering: {late}:\n{self.logs()}") from None
 
     def stop(self) -> int:
         if self.process.poll() is None:
