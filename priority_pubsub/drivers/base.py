@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import ClassVar, Protocol, TypeVar, runtime_checkable
 
 from pydantic import ValidationError, ValidationInfo
 
@@ -332,8 +332,3 @@ class StoreProbe(Protocol):
     def missing_store(self) -> str | None:
         """Why the driver's store does not exist yet (starting would create an empty one),
         or None. Inspecting commands (``stats``, ``requeue``) refuse to create one."""
-
-
-def queue_names(queues: Sequence[Any]) -> tuple[str, ...]:
-    """Names from config queue entries, in priority order."""
-    return tuple(q.name for q in queues)
