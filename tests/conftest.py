@@ -14,12 +14,12 @@ pytest.register_assert_rewrite("tests.drivers.conformance", "tests.e2e.scenarios
 pytest_plugins = [
     "tests.support.app_deps",  # before pytest-timeout's clock: third-party apps' installs
     "tests.support.browser",
-    "tests.support.pubsub_emulator",
+    "tests.support.gcp_pubsub_emulator",
     "tests.support.moto_server",
     "tests.support.object_stores",
     "tests.support.rabbitmq_server",
     "tests.support.redis_server",
-    "tests.support.servicebus.fixtures",
+    "tests.support.azure_servicebus.fixtures",
     "tests.support.topologies.fixtures",
     "tests.chaos.report",  # the accounting summary, printed by the xdist controller too
 ]

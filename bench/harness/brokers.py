@@ -354,7 +354,7 @@ class ServiceBusBench:
     name = "azure_servicebus"
 
     def __init__(self, directory: Path) -> None:
-        from tests.support.servicebus.broker import ServiceBusBroker
+        from tests.support.azure_servicebus.broker import ServiceBusBroker
 
         self.broker = ServiceBusBroker().start()
 

@@ -90,7 +90,7 @@ class RedisTopics:
     create: the driver declares its streams and group at start."""
 
     def __init__(self, driver: Mapping[str, Any]) -> None:
-        from priority_pubsub.drivers.redis.driver import RedisOptions
+        from priority_pubsub.drivers.redis.options import RedisOptions
 
         self._options = RedisOptions.model_validate(dict(driver))
         self._client: redis.Redis | None = None
@@ -102,7 +102,8 @@ class RedisTopics:
     def publish(self, topic: str, data: bytes) -> None:
         import redis
 
-        from priority_pubsub.drivers.redis.driver import connection_options, map_error
+        from priority_pubsub.drivers.redis.driver import connection_options
+        from priority_pubsub.drivers.redis.entries import map_error
 
         options = self._options
         try:

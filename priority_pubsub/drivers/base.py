@@ -13,6 +13,8 @@ The kit every driver uses, so each one only says what is particular to its broke
 * ``Lease.require_live`` (a settle after the lease lapsed is refused with ``LeaseLost``);
 * the message attribute names written on dead letters (``DEAD_LETTER_*``, listed in the
   docs/concepts.md: users filter on them, so they never change);
+* ``DriverKit``: the base class that names the driver and keeps its options (as its own
+  model, ``own_options``) and the deployment context;
 * ``own_options``: the one way a driver gets its options model from the core;
 * ``map_errors``: the one ``try/except/raise from`` around SDK calls, given the driver's own
   ``map_error(exc, action, settling=...)`` (each driver has exactly one, under that name);
@@ -28,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 from pydantic import ValidationError, ValidationInfo
 
@@ -49,6 +51,7 @@ __all__ = [
     "DepthReporter",
     "Driver",
     "DriverContext",
+    "DriverKit",
     "DriverOptions",
     "ErrorMapper",
     "IdReceiver",
@@ -94,6 +97,35 @@ def own_options(options: DriverOptions, model: type[OptionsT]) -> OptionsT:
     if isinstance(options, model):
         return options
     return model.model_validate(options.model_dump())
+
+
+class DriverKit(Generic[OptionsT]):
+    """The base every driver shares: the class statement names the driver, its options model
+    and whether releases count as attempts (``class RedisDriver(DriverKit[RedisOptions],
+    name="redis", options_model=RedisOptions, releases_count_as_attempts=False)``), and the
+    constructor keeps ``options`` (as that model) and ``context``, so a driver's own
+    ``__init__`` starts from them."""
+
+    name: ClassVar[str]
+    options_model: ClassVar[type[DriverOptions]]
+    releases_count_as_attempts: ClassVar[bool]
+    options: OptionsT
+    context: DriverContext
+
+    def __init_subclass__(cls, *, name: str | None = None,
+                          options_model: type[DriverOptions] | None = None,
+                          releases_count_as_attempts: bool | None = None, **rest: Any) -> None:
+        super().__init_subclass__(**rest)
+        if name is not None:
+            cls.name = name
+        if options_model is not None:
+            cls.options_model = options_model
+        if releases_count_as_attempts is not None:
+            cls.releases_count_as_attempts = releases_count_as_attempts
+
+    def __init__(self, options: DriverOptions, context: DriverContext) -> None:
+        self.options = cast("OptionsT", own_options(options, self.options_model))
+        self.context = context
 
 
 class ErrorMapper(Protocol):
@@ -299,13 +331,8 @@ class IdReceiver(Protocol):
 
 @runtime_checkable
 class Publisher(Protocol):
-    async def publish(
-        self,
-        queue: str,
-        body: bytes,
-        attributes: Mapping[str, str] | None = None,
-        content_type: str | None = None,
-    ) -> str:
+    async def publish(self, queue: str, body: bytes, attributes: Mapping[str, str] | None = None,
+                      content_type: str | None = None) -> str:
         """Publish one message; return its broker id."""
         ...
 
@@ -332,8 +359,3 @@ class StoreProbe(Protocol):
     def missing_store(self) -> str | None:
         """Why the driver's store does not exist yet (starting would create an empty one),
         or None. Inspecting commands (``stats``, ``requeue``) refuse to create one."""
-
-
-def queue_names(queues: Sequence[Any]) -> tuple[str, ...]:
-    """Names from config queue entries, in priority order."""
-    return tuple(q.name for q in queues)

@@ -32,7 +32,7 @@ SELF_DECLARING = {
 }
 SERVICE_BUS_GAP = (
     "azure_servicebus: not provisioned. The SDK's ServiceBusAdministrationClient speaks the "
-    "HTTP management (ATOM) API, which the test broker (tests/support/servicebus_broker.py, "
+    "HTTP management (ATOM) API, which the test broker (tests/support/azure_servicebus/, "
     "AMQP only) does not implement, so queue/subscription creation with max delivery count "
     "and lock duration could not be tested here and is not shipped untested"
 )

@@ -1,6 +1,6 @@
 """The Service Bus driver through the real azure-servicebus SDK against the test broker.
 
-The broker (``tests/support/servicebus``) speaks AMQP 1.0 on 127.0.0.1 the way
+The broker (``tests/support/azure_servicebus``) speaks AMQP 1.0 on 127.0.0.1 the way
 Service Bus does for the SDK; see its docstring for what it does and does not implement.
 """
 
@@ -19,11 +19,9 @@ from pydantic import ValidationError
 
 from priority_pubsub.core.errors import DriverError, LeaseLost
 from priority_pubsub.delivery.requeue import requeue_one
-from priority_pubsub.drivers.azure_servicebus import (
-    ATTEMPTS_PROPERTY,
-    ServiceBusDriver,
-    ServiceBusOptions,
-)
+from priority_pubsub.drivers.azure_servicebus import ServiceBusDriver
+from priority_pubsub.drivers.azure_servicebus.options import ServiceBusOptions
+from priority_pubsub.drivers.azure_servicebus.wire import ATTEMPTS_PROPERTY
 from priority_pubsub.drivers.base import (
     REQUEUED_FROM,
     DeadLetterBrowser,
@@ -38,11 +36,11 @@ from tests.drivers.conformance import (
     LateBroker,
     receive_all,
 )
-from tests.support.servicebus import ServiceBusBroker
-from tests.support.topologies.azure import ServiceBusTopology
+from tests.support.azure_servicebus import ServiceBusBroker
+from tests.support.topologies.azure_servicebus import ServiceBusTopology
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.azure
+pytestmark = pytest.mark.azure_servicebus
 
 LEASE_S = 2.0
 
@@ -102,11 +100,11 @@ class Bus(ServiceBusTopology):
 
 
 @pytest.fixture
-async def bus(servicebus_broker: ServiceBusBroker) -> AsyncIterator[Bus]:
+async def bus(azure_servicebus_broker: ServiceBusBroker) -> AsyncIterator[Bus]:
     async with ServiceBusClient.from_connection_string(
-        servicebus_broker.connection_string
+        azure_servicebus_broker.connection_string
     ) as client:
-        found = Bus(servicebus_broker, client)
+        found = Bus(azure_servicebus_broker, client)
         yield found
         await asyncio.gather(*(driver.close() for driver in found.made))
         await asyncio.gather(*(sender.close() for sender in found.senders.values()))
@@ -297,12 +295,12 @@ async def test_close_abandons_held_retries_at_once(bus: Bus) -> None:
 
 
 async def test_unknown_queue_fails_start_and_bad_key_is_refused(
-    bus: Bus, servicebus_broker: ServiceBusBroker
+    bus: Bus, azure_servicebus_broker: ServiceBusBroker
 ) -> None:
     with pytest.raises(DriverError):
         await bus.driver(("no-such-queue",), retry_total=0)
     queue = bus.queue("auth")
-    bad = servicebus_broker.connection_string.replace(servicebus_broker.key, "d3Jvbmc=")
+    bad = azure_servicebus_broker.connection_string.replace(azure_servicebus_broker.key, "d3Jvbmc=")
     driver = ServiceBusDriver(
         ServiceBusOptions(connection_string=bad, retry_total=0),
         DriverContext(queues=(queue,)),

@@ -24,9 +24,9 @@ from priority_pubsub.drivers.gcp_pubsub.driver import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
     PubSubDriver,
-    PubSubOptions,
 )
 from priority_pubsub.drivers.gcp_pubsub.names import resource_path
+from priority_pubsub.drivers.gcp_pubsub.options import PubSubOptions
 from tests.drivers.conformance import (
     DeadLetter,
     DriverConformance,
@@ -34,7 +34,7 @@ from tests.drivers.conformance import (
     LateBroker,
     receive_all,
 )
-from tests.support.pubsub_emulator import (
+from tests.support.gcp_pubsub_emulator import (
     EMULATOR_ENV,
     PROJECT,
     Emulator,
@@ -43,9 +43,9 @@ from tests.support.pubsub_emulator import (
     running_emulator,
 )
 from tests.support.servers import free_port, skip_or_fail
-from tests.support.topologies.gcp import PubSubTopology
+from tests.support.topologies.gcp_pubsub import PubSubTopology
 
-pytestmark = pytest.mark.gcp
+pytestmark = pytest.mark.gcp_pubsub
 
 
 @dataclass
@@ -76,7 +76,7 @@ class Topology:
 
 async def make_topology(count: int = 3, *, policy: bool = True,
                         ack_deadline_s: int = 10) -> Topology:
-    """Resources from the shared topology (``tests/support/topologies/gcp.py``); publishing
+    """Resources from the shared topology (``tests/support/topologies/gcp_pubsub.py``); publishing
     and draining through the async admin client in the test's loop."""
     shared = await asyncio.to_thread(PubSubTopology)
     queues = tuple([await asyncio.to_thread(shared.queue, f"q{i}", policy=policy,
@@ -87,7 +87,7 @@ async def make_topology(count: int = 3, *, policy: bool = True,
 
 
 @pytest.fixture
-async def topology(pubsub_emulator: Emulator) -> AsyncIterator[Topology]:
+async def topology(gcp_pubsub_emulator: Emulator) -> AsyncIterator[Topology]:
     topo = await make_topology()
     yield topo
     for driver in topo.made:
@@ -163,7 +163,7 @@ async def test_delivery_attempt_counts_nacks_and_expiries(topology: Topology) ->
 
 
 async def test_without_dead_letter_policy_every_delivery_is_attempt_one(
-    pubsub_emulator: Emulator,
+    gcp_pubsub_emulator: Emulator,
 ) -> None:
     topo = await make_topology(1, policy=False)
     try:
@@ -330,7 +330,7 @@ async def test_missing_subscription_is_a_terminal_start_error(topology: Topology
 
 
 async def test_unreachable_broker_is_unavailable(
-    pubsub_emulator: Emulator, monkeypatch: pytest.MonkeyPatch
+    gcp_pubsub_emulator: Emulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(EMULATOR_ENV, "127.0.0.1:9")  # discard port: nothing listens
     driver = PubSubDriver(PubSubOptions(project=PROJECT, call_timeout_s=3),
@@ -435,7 +435,7 @@ many two land in one millisecond every time (seen in 10 of 10 runs)."""
 
 @pytest.mark.parametrize("retry_policy", [True, False], ids=["retry-policy", "none"])
 def test_the_emulators_retry_policy_ends_redelivery_and_none_keeps_it(
-    pubsub_emulator: Emulator, retry_policy: bool
+    gcp_pubsub_emulator: Emulator, retry_policy: bool
 ) -> None:
     """Why ``provision`` makes no retry policy on the emulator (issue 39), as an observation:
     on a subscription with one, messages nacked together at attempt 2 may share a backoff

@@ -12,7 +12,8 @@ import pytest
 
 from priority_pubsub.core.errors import MessageTooLarge
 from priority_pubsub.drivers.base import DriverContext
-from priority_pubsub.drivers.local.driver import DEAD_LETTER_REASON, LocalDriver, LocalOptions
+from priority_pubsub.drivers.local.driver import DEAD_LETTER_REASON, LocalDriver
+from priority_pubsub.drivers.local.options import LocalOptions
 from tests.drivers.conformance import (
     DeadLetter,
     DeadLetterBrowsing,
@@ -192,7 +193,8 @@ import asyncio, sys
 from pathlib import Path
 from priority_pubsub.core.errors import DriverUnavailable
 from priority_pubsub.drivers.base import DriverContext
-from priority_pubsub.drivers.local.driver import LocalDriver, LocalOptions
+from priority_pubsub.drivers.local.driver import LocalDriver
+from priority_pubsub.drivers.local.options import LocalOptions
 
 async def one_close(path):
     driver = LocalDriver(LocalOptions(path=path), DriverContext(queues=("q",)))

@@ -21,7 +21,8 @@ from priority_pubsub.drivers.base import (
     Pinger,
     Publisher,
 )
-from priority_pubsub.drivers.rabbitmq.driver import RabbitMQDriver, RabbitOptions
+from priority_pubsub.drivers.rabbitmq.driver import RabbitMQDriver
+from priority_pubsub.drivers.rabbitmq.options import RabbitOptions
 from priority_pubsub.drivers.rabbitmq.wire import ATTEMPT_HEADER
 from tests.drivers.conformance import (
     DeadLetter,

@@ -11,7 +11,7 @@ import pytest
 
 from priority_pubsub.delivery.requeue import CannotPromote, promote_one
 from priority_pubsub.drivers.base import PROMOTED_FROM, NotAddressable
-from tests.drivers.test_redis_streams import Streams, streams
+from tests.drivers.test_redis import Streams, streams
 
 __all__ = ["streams"]  # the fixture, shared with the driver's own tests
 

@@ -28,10 +28,10 @@ from priority_pubsub.drivers.sqs.driver import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
     SqsDriver,
-    SqsOptions,
     dapr_cloudevent,
     publish_via_sns,
 )
+from priority_pubsub.drivers.sqs.options import SqsOptions
 from priority_pubsub.transforms.base import Payload
 from priority_pubsub.transforms.sns_envelope import SnsEnvelope
 from tests.drivers.conformance import (

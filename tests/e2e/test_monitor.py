@@ -21,7 +21,7 @@ from priority_pubsub.core.message import now_ms
 from tests.e2e.helpers import journal_records, publish, queue_rows, samples, total, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.sidecar import SidecarProcess, local_config, start_sidecar, write_config
-from tests.support.topologies.azure import ServiceBusTopology
+from tests.support.topologies.azure_servicebus import ServiceBusTopology
 from tests.support.topologies.base import Topology, topology_config
 from tests.support.topologies.rabbitmq import RabbitTopology
 from tests.support.topologies.redis import RedisTopology
@@ -437,14 +437,14 @@ def test_dead_letters_of_the_broker_are_requeued_and_deleted_from_the_page(
     assert outcomes == {"dead": 4, "ack": 3}
 
 
-@pytest.mark.azure
+@pytest.mark.azure_servicebus
 def test_service_bus_dead_letters_are_peeked_requeued_and_deleted_from_the_page(
-    tmp_path: Path, app: RecordingApp, page: Page, servicebus_topology: ServiceBusTopology
+    tmp_path: Path, app: RecordingApp, page: Page, azure_servicebus_topology: ServiceBusTopology
 ) -> None:
     """Service Bus: the list is every consumed queue's own ``$DeadLetterQueue``, peeked
     (nothing locked), so it holds what another replica dead-lettered too; requeue sends a
     letter back to the queue whose dead-letter queue held it, delete completes it."""
-    bus = servicebus_topology
+    bus = azure_servicebus_topology
     high, low = bus.queue("high"), bus.queue("low")
     bus.publish(high, b'"elsewhere"')
     with bus.client.get_queue_receiver(high, prefetch_count=0) as receiver:

@@ -18,8 +18,8 @@ from google.pubsub_v1.types import PubsubMessage
 from priority_pubsub.provision.aws import RELEASE_MARGIN
 from tests.e2e.helpers import journal_records, wait_until
 from tests.support.app import RecordingApp, Reply
+from tests.support.gcp_pubsub_emulator import PROJECT, Emulator
 from tests.support.moto_server import MotoServer
-from tests.support.pubsub_emulator import PROJECT, Emulator
 from tests.support.sidecar import cli, sidecar_config, start_sidecar, write_config
 
 if TYPE_CHECKING:
@@ -208,9 +208,9 @@ def test_run_with_provision_creates_and_delivers(
 # -- Pub/Sub on the emulator ----------------------------------------------------------------
 
 
-@pytest.mark.gcp
+@pytest.mark.gcp_pubsub
 def test_provisioned_subscriptions_count_attempts_so_max_attempts_holds(
-    tmp_path: Path, app: RecordingApp, pubsub_emulator: Emulator
+    tmp_path: Path, app: RecordingApp, gcp_pubsub_emulator: Emulator
 ) -> None:
     uid = uuid.uuid4().hex[:10]
     high, dead = f"high-{uid}", f"dead-{uid}"
@@ -254,9 +254,9 @@ def test_provisioned_subscriptions_count_attempts_so_max_attempts_holds(
         ["retry", "retry", "dead"]
 
 
-@pytest.mark.gcp
+@pytest.mark.gcp_pubsub
 def test_the_emulator_gets_no_retry_policy_and_one_it_has_is_drift_and_removed(
-    tmp_path: Path, app: RecordingApp, pubsub_emulator: Emulator
+    tmp_path: Path, app: RecordingApp, gcp_pubsub_emulator: Emulator
 ) -> None:
     """The emulator's retry policy stops a subscription redelivering for good (issue 39):
     provision makes none there, reports one a subscription has, ``--update`` removes it,

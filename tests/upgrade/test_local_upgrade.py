@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from priority_pubsub.drivers.local.driver import SCHEMA_VERSION
+from priority_pubsub.drivers.local.schema import SCHEMA_VERSION
 from priority_pubsub.telemetry.journal import read_journal_lines
 from tests.chaos.ledger import journal_outcomes
 from tests.e2e.helpers import queue_rows, wait_until

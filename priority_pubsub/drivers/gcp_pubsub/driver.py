@@ -1,56 +1,22 @@
-"""Google Cloud Pub/Sub driver: synchronous (unary) pull of at most the free worker slots.
+"""The Google Cloud Pub/Sub driver (gapic asyncio, unary pull): consume and settle.
 
-Design choices, and why:
+What it does for an operator (credentials, dead-letter policies and attempt counts, leases,
+dead letters, idle cost, kill -9, the emulator's retry policies, no depth) is
+docs/brokers/gcp_pubsub.md. The code follows from what Pub/Sub does:
 
-* **Unary pull, never streaming pull.** Streaming pull with flow control leases messages the
-  workers cannot start yet; they would sit leased while another replica idles. Each
-  ``receive`` asks for ``max_messages`` (the free slots) and gets at most that many.
-* **Async gRPC, no threads.** The gapic asyncio transport (grpc.aio) is used, so a waiting
-  pull holds no thread.
-* **A pull in flight is never cancelled** (issue 32). The broker may already have handed
-  messages to it; cancelling the RPC then drops them unseen (the emulator never redelivers
-  them; Google's service only after their ack deadline). A cancelled receive leaves its pull
-  running, *parked*: the next waiting receive on that subscription adopts it instead of
-  starting another (at most one waiting pull per subscription, so idle calls per minute do
-  not rise); what a parked pull brings with no receive to take it is nacked (ack deadline
-  0) at once, and a surplus beyond ``max_messages`` likewise. A receive that must answer at
-  once (``wait_s == 0``) takes a parked pull's answer if it is there, else pulls at once
-  beside it. ``close`` waits for parked pulls to end (at most their wait) and nacks what
-  they bring, so a shutdown loses nothing either. The kit's parked receive
-  (``drivers.parking``) does all this; the driver says how to pull and how to nack.
-* **Waiting.** ``wait_s == 0`` pulls with ``return_immediately`` (deprecated by Google
-  because it may answer empty while messages exist, which is exactly "answer at once").
-  Otherwise one pull whose gRPC deadline is ``wait_s`` + 1 s: Pub/Sub (and the emulator)
-  hold the pull until a message arrives or shortly before the deadline. An idle sidecar
-  therefore costs ``60 / wait_s`` pulls per minute per queue (3/min at the dispatcher's 20 s).
-* **Leases.** A pull leases for the subscription's ack deadline. When ``lease.duration_s``
-  differs, the received batch is re-leased to ``lease.duration_s`` by one
-  ``modify_ack_deadline`` call (set the subscription's ack deadline to ``lease.duration_s``
-  to save it). Pub/Sub caps ack deadlines at 600 s, so ``lease.duration_s`` must be <= 600;
-  the lease keeper extends every duration/3, which carries tasks of an hour or more.
-* **Lost leases.** Pub/Sub accepts an ack for an expired ack id without complaint (the
-  emulator and non-exactly-once subscriptions do), so the broker cannot tell us. The driver
-  refuses to settle once the lease deadline it tracks has passed (``LeaseLost``), and maps
-  the broker's own refusal of an ack id (exactly-once subscriptions) to ``LeaseLost`` too.
-* **Attempts** are Pub/Sub's ``delivery_attempt``, which the broker fills in only when the
-  subscription has a dead-letter policy. Without one, Pub/Sub keeps no count and attributes
-  cannot be changed on redelivery, so there is no honest count: every delivery reports
-  attempt 1 (``retry.max_attempts`` is then never reached and retries continue with the
-  capped backoff). ``start`` logs a warning naming such subscriptions. Counting in process
-  memory would reset with every restart and differ between replicas, so it is not done.
-* **Dead letters** are published to ``dead_letter.queue`` (a topic id or full topic path;
-  or, when unset, the topic of the subscription's own dead-letter policy) with data and
-  attributes kept and ``dead_letter_reason``/``dead_letter_source`` added, then acked. If the
-  ack fails after the publish, the next delivery is dead-lettered again (at least once).
-* **Batched settles.** Acks (per subscription) and deadline changes (per subscription and
-  deadline: releases, retries with the same backoff, extensions) go through a
-  ``MicroBatcher``: a settle with no call of its kind in flight is sent at once, alone;
-  settles arriving while one is in flight go together (up to ``MAX_SETTLE_IDS`` ids) when it
-  returns. Nothing waits for a batch to fill. A grouped call that fails is repeated once per
-  id, so each message gets its own answer (acks and deadlines are idempotent).
-* **No queue depth.** Backlog sizes live in Cloud Monitoring (``num_undelivered_messages``),
-  not in the Pub/Sub API (nor the emulator), so the driver is no ``DepthReporter``: ``stats``
-  shows "unknown" and ``priority_pubsub_queue_depth`` is not exported for it.
+- Streaming pull leases messages no worker can start: each ``receive`` is one unary pull of
+  at most the free slots, on grpc.aio (a waiting pull holds no thread).
+- A pull in flight may already hold messages, and cancelling it drops them: a cancelled
+  receive leaves it parked for the next receive of that subscription (``drivers.parking``),
+  and what it brings with nobody waiting is nacked at once; the driver says only how to pull
+  and how to nack.
+- Pub/Sub accepts an ack for an expired ack id: the driver refuses a settle past the lease
+  deadline it tracks (``LeaseLost``), and maps an exactly-once subscription's refusal to the
+  same.
+- Attempts exist only where the subscription has a dead-letter policy; counting in memory
+  would reset with every restart and differ between replicas, so it is not done.
+- Settles are grouped through a ``MicroBatcher``; a grouped call that fails is repeated per
+  id, so each message gets its own answer.
 """
 
 from __future__ import annotations
@@ -64,7 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
 from google.api_core import gapic_v1, grpc_helpers_async
@@ -72,7 +38,6 @@ from google.api_core.client_options import ClientOptions
 from google.auth import exceptions as auth_exceptions
 from google.pubsub_v1 import PublisherAsyncClient, SubscriberAsyncClient
 from google.pubsub_v1.types import PubsubMessage, PullRequest, PullResponse, ReceivedMessage
-from pydantic import Field, ValidationInfo, model_validator
 
 from priority_pubsub.core.errors import DriverError, MessageTooLarge
 from priority_pubsub.core.message import Lease, Message, now_ms
@@ -81,12 +46,11 @@ from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
     DriverContext,
+    DriverKit,
     DriverOptions,
     check_options,
-    deployment,
     live_token,
     map_errors,
-    own_options,
 )
 from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.gcp_pubsub.names import (
@@ -96,6 +60,7 @@ from priority_pubsub.drivers.gcp_pubsub.names import (
     on_emulator,
     resource_path,
 )
+from priority_pubsub.drivers.gcp_pubsub.options import MAX_ACK_DEADLINE_S, PubSubOptions
 from priority_pubsub.drivers.parking import Call, ParkedReceive
 from priority_pubsub.telemetry.logs import get_logger
 
@@ -106,7 +71,6 @@ T = TypeVar("T")
 _wrap_errors: Callable[[Any], Callable[..., Any]] = grpc_helpers_async.wrap_errors
 _routing_metadata: Callable[[Any], tuple[str, str]] = gapic_v1.routing_header.to_grpc_metadata
 
-MAX_ACK_DEADLINE_S = 600
 MAX_PULL_MESSAGES = 1000
 MAX_SETTLE_IDS = 100
 """Ack ids per grouped acknowledge / modify_ack_deadline (Pub/Sub takes up to 2,500)."""
@@ -124,41 +88,6 @@ _sdk_errors = functools.partial(
     map_errors, map_error, catch=(gexc.GoogleAPICallError, gexc.RetryError)
 )
 """``with _sdk_errors(doing):`` around an SDK call: its errors come out as ``map_error`` says."""
-
-
-class PubSubOptions(DriverOptions):
-    """Keys under ``driver:`` for ``type: gcp_pubsub``. Credentials: the standard Google chain
-    (ADC, workload identity); with ``PUBSUB_EMULATOR_HOST`` set, the emulator, no credentials."""
-
-    project: str | None = Field(default=None, min_length=1)
-    """Project of bare queue / topic ids; default ``GOOGLE_CLOUD_PROJECT``."""
-    endpoint: str | None = Field(default=None, min_length=1)
-    """gRPC ``host:port`` instead of pubsub.googleapis.com (e.g. a regional endpoint)."""
-    call_timeout_s: float = Field(default=30, gt=0, le=600)
-    """Deadline of every call except waiting pulls (ack, modify_ack_deadline, publish...)."""
-    topics: dict[str, str] = Field(default_factory=dict)
-    """Queue (subscription) -> topic for ``provision``; default the topic of the same name.
-    Not used when consuming (a subscription knows its topic)."""
-
-    @model_validator(mode="after")
-    def _fits_the_deployment(self, info: ValidationInfo) -> PubSubOptions:
-        context = deployment(info)
-        if context is None:
-            return self
-        if context.lease_duration_s > MAX_ACK_DEADLINE_S:
-            raise ValueError(
-                f"lease.duration_s: gcp_pubsub ack deadlines are at most {MAX_ACK_DEADLINE_S} s "
-                f"(got {context.lease_duration_s:g}); the lease keeper extends long tasks"
-            )
-        bare = [name for name in context.queues if not is_path(name, "subscriptions")]
-        if context.dead_letter_queue and not is_path(context.dead_letter_queue, "topics"):
-            bare.append(context.dead_letter_queue)
-        if bare and not (self.project or os.environ.get("GOOGLE_CLOUD_PROJECT")):
-            raise ValueError(
-                f"project: {bare[0]!r} is a bare id: set driver.project (or "
-                "GOOGLE_CLOUD_PROJECT) or give full paths projects/<p>/subscriptions/<id>"
-            )
-        return self
 
 
 @dataclass(slots=True)
@@ -179,19 +108,18 @@ def _patience(call: Call[Message], wait_s: float, own: bool) -> float | None:
     return wait_s + PULL_DEADLINE_MARGIN_S + 0.5 if wait_s > 0 else None
 
 
-class PubSubDriver:
-    """Consumes Pub/Sub subscriptions; see the module docstring for the guarantees."""
+class PubSubDriver(DriverKit[PubSubOptions],
+                   name="gcp_pubsub", options_model=PubSubOptions,
+                   releases_count_as_attempts=True):
+    """Consumes Pub/Sub subscriptions; see the module docstring for the guarantees.
 
-    name: ClassVar[str] = "gcp_pubsub"
-    options_model: ClassVar[type[DriverOptions]] = PubSubOptions
-    releases_count_as_attempts: ClassVar[bool] = True
-    """A nacked message comes back with ``delivery_attempt`` raised; nothing lowers it."""
+    Releases count as attempts: a nacked message comes back with ``delivery_attempt`` raised;
+    nothing lowers it."""
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        options = own_options(options, PubSubOptions)
+        super().__init__(options, context)
+        options = self.options
         check_options(options, context)
-        self.options = options
-        self.context = context
         self.project = options.project or os.environ.get("GOOGLE_CLOUD_PROJECT")
         self.lease_s = max(1, math.ceil(context.lease_duration_s))
         self.pull_calls = 0
@@ -204,10 +132,10 @@ class PubSubDriver:
         self._background: set[asyncio.Task[None]] = set()
         self._parking: ParkedReceive[Message] = ParkedReceive(
             self._pull_once, self._nack_later, _patience)
-        """The pulls a cancelled receive left running (see "A pull in flight" above)."""
+        """The pulls a cancelled receive left running (the module docstring says why)."""
         self.calls: Counter[str] = Counter()
         """Settle RPCs made, by method (acknowledge, modify_ack_deadline)."""
-        # settles grouped per subscription (and deadline): see "Batched settles" above
+        # settles grouped per subscription (and deadline), as the module docstring says
         self._acks: MicroBatcher[str, str] = MicroBatcher(self._send_acks, MAX_SETTLE_IDS)
         self._modacks: MicroBatcher[tuple[str, int], str] = MicroBatcher(
             self._send_modacks, MAX_SETTLE_IDS
@@ -435,13 +363,8 @@ class PubSubDriver:
 
     # -- optional abilities ----------------------------------------------------------------
 
-    async def publish(
-        self,
-        queue: str,
-        body: bytes,
-        attributes: Mapping[str, str] | None = None,
-        content_type: str | None = None,
-    ) -> str:
+    async def publish(self, queue: str, body: bytes, attributes: Mapping[str, str] | None = None,
+                      content_type: str | None = None) -> str:
         """Publish to the topic behind subscription ``queue``, or to topic ``queue``."""
         named = dict(attributes or {})
         if content_type:

@@ -1,5 +1,6 @@
-"""The local SQLite driver (``driver``) with the thread that owns its connection
-(``sqlite_worker``).
+"""The local SQLite driver: consume and settle (``driver``), its ``driver:`` keys
+(``options``), what only the monitor asks of it (``monitoring``), the queue file's layout
+(``schema``) and the thread that owns its connection (``sqlite_worker``).
 
 The package re-exports the driver class, so ``priority_pubsub.drivers.local:LocalDriver`` (the
 entry point) names it. May import ``drivers.base``, ``settings``, ``telemetry``, ``core``.

@@ -1,24 +1,14 @@
-"""The embedded local driver: durable queues in one SQLite file (WAL), stdlib only.
+"""The embedded local driver: durable queues in one SQLite file (WAL), stdlib only: consume
+and settle.
 
-It is the default, so it is a product, not a test double:
-
-* **Durable**: every publish and settle is a committed transaction; a kill -9 of the sidecar or
-  of a publisher loses nothing (WAL with ``synchronous=NORMAL`` survives process crashes;
-  choose ``synchronous: full`` to also survive power loss).
-* **Multi-process**: a publisher CLI, the sidecar and a second replica may share the file.
-  Claims run in ``BEGIN IMMEDIATE`` transactions, so two processes never lease the same row.
-* **Leases**: a claim sets ``visible_at_ms`` to the lease deadline and a fresh claim token;
-  every settle checks the token, so a settle after the lease lapsed and someone else claimed
-  the message raises ``LeaseLost`` instead of deleting their work.
-* **Attempts** are counted in the row at each claim (they survive restarts). A ``release``
-  (a message handed back unseen, e.g. surplus of a wake-up) undoes its claim's count.
-* **No hop for short work**: claims, settles and publishes (a few rows by index) run on the
-  event loop's own connection when the file is not locked, else on the driver's SQLite
-  thread, which waits for the lock (``busy_timeout_s``) off the loop (``sqlite_worker``).
-* **Waiting** is cheap: a waiting receive sleeps on an in-process event, woken by this
-  process's own writes, by another process's commits (``PRAGMA data_version``, checked every
-  ``poll_interval_s``) and when the next delayed message falls due or the earliest lease ends
-  (so a crashed replica's messages are taken over at its lease's end).
+It is the default, so it is a product, not a test double (its guarantees:
+docs/brokers/local.md). The code follows from SQLite's single writer: claims run in
+``BEGIN IMMEDIATE`` transactions with a fresh claim token that every settle checks, so two
+processes never lease the same row; short work runs on the event loop's own connection when
+the file is not locked, else on the driver's SQLite thread (``sqlite_worker``), so the loop
+never waits on another process's lock; a waiting receive sleeps on an in-process event, woken
+by this process's writes, other processes' commits (``PRAGMA data_version``), the next due
+delay and the earliest lease end.
 """
 
 from __future__ import annotations
@@ -30,86 +20,36 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
-
-from pydantic import Field
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from priority_pubsub.core.errors import DriverError, DriverUnavailable, LeaseLost, MessageTooLarge
 from priority_pubsub.core.message import Lease, Message, now_ms
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
-    DeadLetter,
     DriverContext,
+    DriverKit,
     DriverOptions,
     QueueDepth,
     map_errors,
-    own_options,
 )
+from priority_pubsub.drivers.local.monitoring import LocalMonitoring
+from priority_pubsub.drivers.local.options import LocalOptions
+from priority_pubsub.drivers.local.schema import CLAIM, CLAIMED, RELEASE, open_schema
 from priority_pubsub.drivers.local.sqlite_worker import SqliteWorker
 
-__all__ = [
-    "DEAD_LETTER_REASON", "DEAD_LETTER_SOURCE", "SCHEMA_VERSION", "LocalDriver", "LocalOptions",
-    "NewerSchema",
-]
+__all__ = ["DEAD_LETTER_REASON", "DEAD_LETTER_SOURCE", "LocalDriver", "LocalOptions"]
 T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS messages (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    queue TEXT NOT NULL,
-    body BLOB NOT NULL,
-    attributes TEXT NOT NULL DEFAULT '{}',
-    content_type TEXT,
-    enqueued_ms INTEGER NOT NULL,
-    visible_at_ms INTEGER NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    lease_token TEXT
-);
-CREATE INDEX IF NOT EXISTS messages_ready ON messages (queue, visible_at_ms, seq);
-"""
-
-SCHEMA_VERSION = 1
-"""The queue file's layout, kept in ``PRAGMA user_version``. 0 is a file written before the
-version was recorded (0.1.0): its layout is version 1's, so opening it only records the
-number. A later layout adds a step to ``_MIGRATIONS``; a file of a version above this one was
-written by a newer release and is refused, never rewritten (an older release writing rows a
-newer one reads differently is how a queue gets mangled)."""
-_MIGRATIONS: dict[int, str] = {0: ""}
-"""From version N to N + 1: the SQL to run (0 -> 1: the layout is unchanged)."""
-
-
-_CLAIM = "UPDATE messages SET attempts = attempts + 1, lease_token = ?, visible_at_ms = ? "
-_CLAIMED = "RETURNING seq, id, body, attributes, content_type, enqueued_ms, attempts"
-
-_RELEASE = (
-    "UPDATE messages SET visible_at_ms = ?, lease_token = NULL, "
-    "attempts = max(attempts - 1, 0) WHERE seq = ?"
-)
-"""Return a claimed row as if it had not been claimed (its attempt count undone)."""
-
-
-class LocalOptions(DriverOptions):
-    path: Path = Path("./data/queues.db")
-    max_message_bytes: int = Field(default=1_048_576, ge=1)
-    poll_interval_s: float = Field(default=0.1, gt=0, le=5)
-    busy_timeout_s: float = Field(default=10, gt=0)
-    synchronous: Literal["normal", "full"] = "normal"
-
-
-class LocalDriver:
+class LocalDriver(LocalMonitoring, DriverKit[LocalOptions],
+                  name="local", options_model=LocalOptions,
+                  releases_count_as_attempts=False):
     """SQLite-backed queues; see the module docstring for the guarantees."""
 
-    name: ClassVar[str] = "local"
-    options_model: ClassVar[type[DriverOptions]] = LocalOptions
-    releases_count_as_attempts: ClassVar[bool] = False
-
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        self.options = options = own_options(options, LocalOptions)
-        self.context = context
+        super().__init__(options, context)
+        options = self.options
         self._db = SqliteWorker(
             options.path, busy_timeout_s=options.busy_timeout_s,
             synchronous=options.synchronous.upper(),
@@ -124,7 +64,7 @@ class LocalDriver:
     async def start(self) -> None:
         try:
             self._db.start(asyncio.get_running_loop())
-            await self._db.call(_open_schema, write=True)
+            await self._db.call(open_schema, write=True)
         except (sqlite3.Error, OSError) as exc:
             raise DriverUnavailable(
                 f"cannot open local queue file {self.options.path}: {exc}"
@@ -176,8 +116,8 @@ class LocalDriver:
         def claim(conn: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], int | None, int]:
             now = now_ms()
             rows = conn.execute(
-                _CLAIM + "WHERE seq IN (SELECT seq FROM messages WHERE queue = ? AND "
-                "visible_at_ms <= ? ORDER BY visible_at_ms, seq LIMIT ?) " + _CLAIMED,
+                CLAIM + "WHERE seq IN (SELECT seq FROM messages WHERE queue = ? AND "
+                "visible_at_ms <= ? ORDER BY visible_at_ms, seq LIMIT ?) " + CLAIMED,
                 (token, now + lease_ms, queue, now, max_messages),
             ).fetchall()
             next_due = None
@@ -206,7 +146,7 @@ class LocalDriver:
         seqs = [row[0] for row in rows]
 
         def release(conn: sqlite3.Connection) -> None:
-            conn.executemany(_RELEASE, [(now_ms(), seq) for seq in seqs])
+            conn.executemany(RELEASE, [(now_ms(), seq) for seq in seqs])
 
         self._db.submit(release, write=True, short=True)
         self._notify()
@@ -275,7 +215,7 @@ class LocalDriver:
     async def release(self, message: Message, delay_s: float = 0.0) -> None:
         """Hand back unseen: visible after ``delay_s``, its claim's attempt undone."""
         due = now_ms() + int(delay_s * 1000)
-        await self._settle(message, _RELEASE + " AND lease_token = ?", (due,))
+        await self._settle(message, RELEASE + " AND lease_token = ?", (due,))
         self._notify()
 
     async def extend(self, message: Message, duration_s: float) -> None:
@@ -357,42 +297,6 @@ class LocalDriver:
         age = None if oldest is None else max(0.0, (now_ms() - oldest) / 1000)
         return QueueDepth(visible=visible, in_flight=in_flight, delayed=delayed, oldest_age_s=age)
 
-    async def browse(self, queue: str, limit: int) -> list[DeadLetter]:
-        def rows(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            return conn.execute(
-                "SELECT id, attributes, attempts, enqueued_ms, visible_at_ms FROM messages "
-                "WHERE queue = ? AND lease_token IS NULL ORDER BY seq LIMIT ?", (queue, limit),
-            ).fetchall()
-
-        found = []
-        for message_id, attributes, attempts, enqueued_ms, moved_ms in await self._run(
-                rows, write=False):
-            decoded = json.loads(attributes)
-            found.append(DeadLetter(
-                id=message_id, source=decoded.get(DEAD_LETTER_SOURCE),
-                reason=decoded.get(DEAD_LETTER_REASON), attempts=attempts,
-                first_seen_ms=enqueued_ms, last_seen_ms=moved_ms))
-        return found
-
-    async def receive_ids(self, queue: str, ids: Sequence[str]) -> list[Message]:
-        token = uuid.uuid4().hex
-        lease_ms = int(self.context.lease_duration_s * 1000)
-        wanted = list(ids)
-
-        def claim(conn: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], int]:
-            now = now_ms()
-            marks = ",".join("?" * len(wanted))
-            return conn.execute(
-                _CLAIM + f"WHERE queue = ? AND lease_token IS NULL AND id IN ({marks}) "
-                + _CLAIMED, (token, now + lease_ms, queue, *wanted),
-            ).fetchall(), now
-
-        if not wanted:
-            return []
-        rows, claimed_ms = await self._run(claim, write=True)
-        return [self._to_message(queue, row, token, claimed_ms + lease_ms, claimed_ms)
-                for row in rows]
-
     async def ping(self) -> None:
         """Readiness: the file must still be there and readable by a fresh connection."""
         path = self.options.path
@@ -409,43 +313,6 @@ class LocalDriver:
             await asyncio.to_thread(probe)
         except (sqlite3.Error, OSError) as exc:
             raise DriverUnavailable(f"local queue file {path} unusable: {exc}") from exc
-
-
-def _open_schema(conn: sqlite3.Connection) -> None:
-    """Create or upgrade the layout inside the worker's transaction; refuse a newer file."""
-    found = conn.execute("PRAGMA user_version").fetchone()[0]
-    if found > SCHEMA_VERSION:
-        raise NewerSchema(
-            f"local queue file has schema version {found}, newer than this release's "
-            f"{SCHEMA_VERSION}: written by a newer priority-pubsub; upgrade this one (or point "
-            "driver.path at another file); the file was left untouched"
-        )
-    if not _has_messages_table(conn):  # a new file: today's layout
-        _run_script(conn, _SCHEMA)
-    else:
-        for version in range(found, SCHEMA_VERSION):
-            _run_script(conn, _MIGRATIONS[version])
-    if found != SCHEMA_VERSION:
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-
-def _run_script(conn: sqlite3.Connection, script: str) -> None:
-    """Statement by statement: ``executescript`` would commit the worker's transaction."""
-    for statement in filter(str.strip, script.split(";")):
-        conn.execute(statement)
-
-
-def _has_messages_table(conn: sqlite3.Connection) -> bool:
-    return conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'"
-    ).fetchone() is not None
-
-
-class NewerSchema(DriverError):
-    """The queue file was written by a newer release: retrying cannot help."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, retriable=False)
 
 
 def map_error(exc: Exception, action: str, *, settling: bool = False) -> DriverError:

@@ -1,5 +1,6 @@
-"""The RabbitMQ driver (``driver``) with its message wire format (``wire``) and queue
-declarations (``topology``).
+"""The RabbitMQ driver: consume and settle (``driver``), its ``driver:`` keys (``options``),
+what only the monitor asks of it (``monitoring``), its message wire format (``wire``) and
+queue declarations (``topology``).
 
 The package re-exports the driver class, so ``priority_pubsub.drivers.rabbitmq:RabbitMQDriver``
 (the entry point) names it. May import ``drivers.base``, ``settings``, ``telemetry``, ``core``.

@@ -1,47 +1,19 @@
-"""RabbitMQ driver (aio-pika): at most the free slots in hand, the lease is the unacked delivery.
+"""The RabbitMQ driver (aio-pika): consume and settle; the lease is the unacked delivery.
 
-Design choices, and why:
+What it does for an operator (layouts, leases and ``consumer_timeout``, delayed retries,
+attempts, ``hold_redelivered``, native priorities) is docs/brokers/rabbitmq.md. The code
+follows from what RabbitMQ does:
 
-* **Layouts** (``topology.py``): plain queues, or Dapr's ``pubsub.rabbitmq`` layout
-  (fanout exchange per topic, queue ``{consumer_id}-{topic}``), or one queue with native
-  priorities. Everything consumed from is declared at start (idempotent), as RabbitMQ clients
-  and daprd do; so are the dead-letter exchange and queue.
-* **Receiving.** ``basic.get`` up to the free slots; when nothing is there and the caller
-  waits, a consumer with ``prefetch = free slots`` wakes on the first arrival and is cancelled
-  at once (every delivery it got arrives before the cancel-ok, so none is stranded). Each
-  receive gets a channel of its own, closed when its deliveries are settled: a channel the
-  broker closes returns only its own messages.
-* **Leases.** The lease is the unacked delivery. RabbitMQ returns it when the connection or
-  channel closes; the driver also returns it (``basic.nack``, requeue) when its lease deadline
-  passes without an ``extend``, like a visibility timeout, and refuses to settle it after
-  that (``LeaseLost``).
-* **A crashed holder's lease holds.** RabbitMQ requeues a dead connection's unacked
-  deliveries at once, so a replica killed mid-task would have its task started again
-  elsewhere while its app still runs the first copy. A delivery marked ``redelivered`` is
-  therefore parked (``hold_redelivered``): copied to the delay queue of one lease (TTL, then
-  back to its queue) and acked, never handed to the app, so it comes back when the dead
-  holder's lease would have ended. The driver's own hand-backs (a lapsed lease, a cancelled
-  receive) are copies too, not requeues, so they are not parked twice.
-* **consumer_timeout.** RabbitMQ closes a channel whose oldest unacked delivery is older than
-  the server's ``consumer_timeout`` (30 min by default) — ``basic.get`` deliveries included
-  (checked on 3.10.8), and 3.10 has no per-queue ``x-consumer-timeout``. So a delivery older
-  than half ``driver.consumer_timeout_s`` is *renewed* by the next ``extend``: a copy is
-  published (confirmed) to a hold queue private to this driver instance, the old delivery is
-  acked, and the copy is taken back with ``basic.get`` as a fresh delivery. The hold queue
-  dead-letters anything left in it for 60 s back to the source queue, so a crash between the
-  steps duplicates at worst, never loses: a copy is only ever in the hold queue while its
-  holder is alive (requeued copies of a dead holder are long expired and go back at once).
-* **Retry with delay**: a copy (attempt + 1) is published to a delay queue per delay
-  (``{queue}.delay-{ms}ms``: TTL, then dead-lettered back to the source queue), then the
-  delivery is acked; delay 0 publishes straight back to the queue. ``release`` does the same
-  without counting an attempt. Copy first, then ack: an interruption duplicates, never loses.
-* **Attempts** (``wire.py``): a header written on every copy, plus
-  ``x-delivery-count`` (quorum queues) or the ``redelivered`` flag (classic: +1 at most).
-* **Dead letters** are published to the fanout exchange ``dead_letter.queue`` (bound to the
-  queue of that name) with ``dead_letter_reason``/``dead_letter_source`` headers, then acked.
-  The monitor lists them by ``basic.get`` and closing the channel (``browse``) and takes
-  chosen ones by id (``receive_ids``: get from the front, nack-requeue the others). A
-  redelivered dead letter is not parked: no app runs it, and a browse marks them all.
+- A channel the broker closes returns only its own messages: each receive gets a channel of
+  its own, closed once its deliveries are settled. An idle wait is a consumer with prefetch =
+  free slots, cancelled at the first arrival (every delivery arrives before the cancel-ok, so
+  none is stranded).
+- A requeue goes to the queue's front and hides the attempt: retries, releases, renewals and
+  the parking of a redelivered delivery publish a copy first (its attempt in a header,
+  ``wire``) and ack after, so an interruption duplicates, never loses.
+- RabbitMQ closes a channel holding a delivery past the server's ``consumer_timeout`` (no
+  per-queue override in 3.10): a delivery older than half of it is renewed through a hold
+  queue private to this driver instance, which dead-letters leftovers back within 60 s.
 """
 
 from __future__ import annotations
@@ -51,33 +23,30 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
-from pydantic import Field, ValidationInfo, model_validator
 
 from priority_pubsub.core.errors import DriverError, LeaseLost
 from priority_pubsub.core.message import Lease, Message, now_ms
-from priority_pubsub.core.redaction import CredentialUrl, SecretUrl
 from priority_pubsub.drivers.base import (
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
-    DeadLetter,
     DriverContext,
+    DriverKit,
     DriverOptions,
     QueueDepth,
     check_options,
-    deployment,
     live_token,
     map_errors,
-    own_options,
 )
+from priority_pubsub.drivers.rabbitmq.monitoring import RabbitMQMonitoring
+from priority_pubsub.drivers.rabbitmq.options import RENEW_FRACTION, RabbitOptions
 from priority_pubsub.drivers.rabbitmq.topology import Declarer, Layout
 from priority_pubsub.drivers.rabbitmq.wire import (
-    ATTEMPT_HEADER,
     RENEWAL_HEADER,
     copy_of,
     map_error,
@@ -87,56 +56,7 @@ from priority_pubsub.drivers.rabbitmq.wire import (
 from priority_pubsub.telemetry.logs import get_logger
 
 log = get_logger(__name__)
-RENEW_FRACTION = 0.5
-"""A delivery is renewed once older than this fraction of ``consumer_timeout_s``."""
 STRAY_LIMIT = 20
-CHOOSE_SCAN_LIMIT = 1000
-"""How many messages ``receive_ids`` gets at most while looking for the chosen ones (what
-``browse`` shows comes from the same front of the queue)."""
-
-
-class RabbitOptions(DriverOptions):
-    """Keys under ``driver:`` for ``type: rabbitmq``."""
-
-    url: CredentialUrl = SecretUrl("amqp://guest:guest@127.0.0.1:5672/")
-    """``amqp://user:password@host:port/vhost`` (``amqps://`` for TLS; ``?heartbeat=30``...).
-    A secret: printed with the password masked; ``PRIORITY_PUBSUB_DRIVER__URL`` overrides it."""
-    layout: Literal["queues", "dapr"] = "queues"
-    consumer_id: str | None = Field(default=None, min_length=1)
-    """Dapr layout: the app id (Dapr's ``consumerID``); queues are ``{consumer_id}-{topic}``."""
-    native_priority: bool = False
-    """All configured names share one queue with ``x-max-priority`` (docs/brokers/rabbitmq.md)."""
-    native_queue: str | None = Field(default=None, min_length=1)
-    """Native mode: the queue (or Dapr topic) holding every priority; default the first name."""
-    queue_type: Literal["classic", "quorum"] = "classic"
-    durable: bool = True
-    """Queues and exchanges the driver declares survive a broker restart."""
-    delivery_mode: Literal["persistent", "transient"] = "persistent"
-    """How ``publish`` sends new messages (Dapr's ``deliveryMode``: 2 persistent, else
-    transient); copies (retries, dead letters) keep the mode of the message they copy."""
-    hold_redelivered: bool = True
-    """A delivery RabbitMQ marks redelivered (its holder's connection died: a crashed or cut
-    off replica whose app may still be running it) is parked for one lease before the app
-    sees it, as the other brokers keep a crashed holder's lease (see the module docstring)."""
-    consumer_timeout_s: float = Field(default=1800, gt=0)
-    """The server's ``consumer_timeout``: deliveries older than half of it are renewed."""
-    connect_timeout_s: float = Field(default=10, gt=0)
-    call_timeout_s: float = Field(default=30, gt=0)
-
-    @model_validator(mode="after")
-    def _fits_the_deployment(self, info: ValidationInfo) -> RabbitOptions:
-        if self.layout == "dapr" and not self.consumer_id:
-            raise ValueError("consumer_id: required with layout: dapr (Dapr's consumerID)")
-        if self.native_queue is not None and not self.native_priority:
-            raise ValueError("native_queue: only with native_priority: true")
-        context = deployment(info)
-        renew_after_s = self.consumer_timeout_s * RENEW_FRACTION
-        if context is not None and context.lease_duration_s / 3 >= renew_after_s:
-            raise ValueError(
-                f"lease.duration_s: with driver.consumer_timeout_s {self.consumer_timeout_s:g}"
-                f" the lease keeper must extend (every duration/3) within "
-                f"{renew_after_s:g} s; use a lease below {3 * renew_after_s:g} s")
-        return self
 
 
 @dataclass(eq=False)
@@ -165,19 +85,18 @@ class _Pending:
     abandoned: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-class RabbitMQDriver:
-    """Consumes RabbitMQ queues; see the module docstring for the guarantees."""
+class RabbitMQDriver(RabbitMQMonitoring, DriverKit[RabbitOptions],
+                     name="rabbitmq", options_model=RabbitOptions,
+                     releases_count_as_attempts=False):
+    """Consumes RabbitMQ queues; see the module docstring for the guarantees.
 
-    name: ClassVar[str] = "rabbitmq"
-    options_model: ClassVar[type[DriverOptions]] = RabbitOptions
-    releases_count_as_attempts: ClassVar[bool] = False
-    """A release publishes a copy carrying the same attempt number, then acks."""
+    Releases do not count as attempts: a release publishes a copy carrying the same attempt
+    number, then acks."""
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        options = own_options(options, RabbitOptions)
+        super().__init__(options, context)
+        options = self.options
         check_options(options, context)  # load_config did; a driver built directly too
-        self.options = options
-        self.context = context
         native = (options.native_queue or context.queues[0]) if options.native_priority else None
         self._layout = Layout(context.queues, options.layout, options.consumer_id, native,
                               options.queue_type, options.durable)
@@ -284,6 +203,11 @@ class RabbitMQDriver:
             with contextlib.suppress(Exception):
                 await channel.close()
             return []
+        return self._leased(queue, channel, got, physical)
+
+    def _leased(self, queue: str, channel: AbstractChannel,
+                got: list[AbstractIncomingMessage], physical: str) -> list[Message]:
+        """``got`` as leased messages of one batch: ``channel`` closes once the last is settled."""
         batch = _Batch(channel, open=len(got))
         received_ms = now_ms()
         return [self._message(queue, incoming, batch, physical, received_ms)
@@ -539,80 +463,8 @@ class RabbitMQDriver:
                                                        on_return_raises=True)
         return self._publisher
 
-    async def browse(self, queue: str, limit: int) -> list[DeadLetter]:
-        """``basic.get`` up to ``limit`` on a channel of its own, then closing it: RabbitMQ
-        puts every message back where it was (flagged redelivered; a quorum queue counts a
-        delivery). Nothing is acked, so nothing can be lost."""
-        self._check_name(queue)
-        connection = await self._link()
-        with map_errors(map_error, f"browse {queue}"):
-            channel = await connection.channel(publisher_confirms=False)
-            try:
-                got = await self._get_some(channel, self._layout.physical(queue), limit)
-            finally:
-                with contextlib.suppress(Exception):
-                    await channel.close()  # returns every one of them
-        now = now_ms()
-        letters = []
-        for incoming in got:
-            reading = read_delivery(incoming, now)
-            attempts = (incoming.headers or {}).get(ATTEMPT_HEADER)  # not this get's count
-            letters.append(DeadLetter(
-                id=reading.id, source=reading.attributes.get(DEAD_LETTER_SOURCE),
-                reason=reading.attributes.get(DEAD_LETTER_REASON),
-                attempts=attempts if isinstance(attempts, int) else None,
-                first_seen_ms=reading.enqueued_ms, last_seen_ms=None))
-        return letters
-
-    async def receive_ids(self, queue: str, ids: Sequence[str]) -> list[Message]:
-        """The chosen messages, leased as ``receive`` leases (the unacked delivery): on a
-        channel of its own, ``basic.get`` from the front until every id is found (at most
-        ``CHOOSE_SCAN_LIMIT``); the others are handed back at once (``basic.nack`` with
-        requeue: RabbitMQ puts them back where they were, flagged redelivered, as ``browse``
-        does). The chosen ones are then acked or published elsewhere, as after a receive."""
-        self._check_name(queue)
-        wanted = set(ids)
-        if not wanted:
-            return []
-        connection = await self._link()
-        physical = self._layout.physical(queue)
-        chosen: list[AbstractIncomingMessage] = []
-        with map_errors(map_error, f"receive chosen from {queue}"):
-            channel = await connection.channel(publisher_confirms=False)
-            try:
-                source = await channel.get_queue(physical, ensure=False)
-                others: list[AbstractIncomingMessage] = []
-                while wanted and len(chosen) + len(others) < CHOOSE_SCAN_LIMIT:
-                    incoming = await source.get(no_ack=False, fail=False,
-                                                timeout=self.options.call_timeout_s)
-                    if incoming is None:
-                        break
-                    message_id = read_delivery(incoming, 0).id
-                    if message_id in wanted:
-                        wanted.discard(message_id)
-                        chosen.append(incoming)
-                    else:
-                        others.append(incoming)
-                for incoming in others:
-                    await incoming.nack(requeue=True)
-            except BaseException:
-                await self._close_quietly(channel)  # returns every one of them
-                raise
-        if not chosen:
-            await self._close_quietly(channel)
-            return []
-        batch = _Batch(channel, open=len(chosen))
-        received_ms = now_ms()
-        return [self._message(queue, incoming, batch, physical, received_ms)
-                for incoming in chosen]
-
-    async def publish(
-        self,
-        queue: str,
-        body: bytes,
-        attributes: Mapping[str, str] | None = None,
-        content_type: str | None = None,
-    ) -> str:
+    async def publish(self, queue: str, body: bytes, attributes: Mapping[str, str] | None = None,
+                      content_type: str | None = None) -> str:
         """Publish as a publisher would: to the queue, or to the topic's exchange (Dapr)."""
         message_id = str(uuid.uuid4())
         exchange, routing_key = self._layout.publish_target(queue)

@@ -1,62 +1,21 @@
-"""The AWS SQS driver (boto3 in worker threads), compatible with Dapr's ``pubsub.aws.snssqs``.
+"""The AWS SQS driver (boto3 in worker threads), compatible with Dapr's
+``pubsub.aws.snssqs``: consume and settle.
 
-Verbs: receive = ReceiveMessage (long poll), ack = DeleteMessage, retry(delay) and extend =
-ChangeMessageVisibility, dead_letter = SendMessage to the configured DLQ then DeleteMessage.
-``attempt`` is SQS's ApproximateReceiveCount, ``enqueued_ms`` its SentTimestamp, the lease
-token an ``SqsReceipt`` (receipt handle + queue URL). Credentials and region come only from
-the standard AWS chain (environment, ~/.aws, web identity, instance/task role); ``region``
-and ``endpoint_url`` may be set in ``driver:``. Queue URLs are resolved once at start
-(GetQueueUrl) unless given in ``queue_urls``. The driver creates no queue, topic or policy:
-``priority_pubsub.provision.aws`` does (``provision``, ``run --provision``).
+What it does for an operator (credentials, queue URLs, RedrivePolicy margins, dead letters,
+idle cost, short polls, shutdown) is docs/brokers/sqs.md. The code follows from three facts
+of SQS and boto3:
 
-Leases. The lease deadline is a local estimate (response time + visibility). A settle after
-it passed raises ``LeaseLost`` *without calling SQS*: SQS (and moto) may accept a stale
-receipt handle and delete a message someone else now holds. ``extend`` alone is still tried
-up to 1 s past the estimate (a keeper running a little late rescues the lease). SQS caps a
-message's visibility at 12 h counted from its receive, in total: ``extend`` (and ``retry``)
-clamp to what is left, and once nothing is left ``extend`` raises ``LeaseLost`` — the message
-becomes visible at the current deadline and is delivered again, so tasks longer than 12 h
-cannot run exactly once on SQS.
-
-Dead letters and a queue's own RedrivePolicy. ``dead_letter`` sends the body and all message
-attributes to ``dead_letter.queue`` with ``dead_letter_reason`` and ``dead_letter_source``
-added (SQS allows 10 attributes: when full, these are dropped with a warning; the journal
-still has the reason), then deletes the original. If the source queue also has a
-RedrivePolicy, SQS moves a message to *its* DLQ by itself once ApproximateReceiveCount
-exceeds ``maxReceiveCount`` — without a reason, and before the sidecar sees the next
-attempt. Set ``maxReceiveCount`` above ``retry.max_attempts`` (e.g. max_attempts + 5) so the
-sidecar decides, and keep the policy as a safety net for messages no sidecar can settle
-(crash loops). Pointing both at the same queue is fine. A cancelled long poll that catches a
-message releases it (below), which SQS counts as a receive: a message can reach the
-sidecar with ``attempt`` one higher than its real tries, hence the margin.
-
-Priorities and long polls. The dispatcher sweeps queues in priority order with
-``wait_s=0`` and, when all are empty, long-polls all of them concurrently, takes the first
-answer and cancels the rest. A boto3 call cannot be interrupted, so a cancelled long poll
-keeps running in its thread: the driver *parks* it, and the next ``receive`` on that queue
-with ``wait_s > 0`` adopts it instead of issuing a new ReceiveMessage (the kit's parked
-receive, ``drivers.parking``; a short poll is never parked: adopted, it would end a long
-wait early). Whatever a parked or abandoned poll returns while no ``receive`` is waiting
-for it is released at once (ChangeMessageVisibilityBatch, visibility 0), as is any surplus
-beyond ``max_messages``; cancelling never loses a message. Cost per idle cycle of
-``wait_time_s`` (20 s) with N queues: N long polls (3 calls/min/queue) plus the dispatcher's
-N zero-wait sweeps; a message that wakes one poll costs at most N-1 extra receives for the
-sweeps (the parked polls are re-used, not re-issued) plus one ChangeMessageVisibilityBatch
-per message a parked poll catches with nobody waiting. ``calls`` counts every API call
-made, by action.
-
-Batched settles. Deletes (ack, and the delete after a dead letter's SendMessage) and
-visibility changes (retry, release, extend) go through a ``MicroBatcher`` per queue URL: a
-settle with no call of its kind in flight for its queue is sent at once, alone (DeleteMessage,
-ChangeMessageVisibility, as before); settles arriving while one is in flight go together as
-soon as it returns, in DeleteMessageBatch / ChangeMessageVisibilityBatch of up to ten. No
-settle waits for a batch to fill; each entry's failure is its own (a stale receipt handle is
-``LeaseLost`` for that message only, the others are settled).
-
-Short polls (``wait_s=0``) ask a subset of SQS's servers and can answer empty while a queue
-holds a few messages; the next concurrent long poll asks them all, so such a message waits
-at most one sweep. ``empty_poll_wait_s: 1`` makes every sweep a 1 s long poll instead (no
-false empties, but up to 1 s per empty queue per sweep).
+- SQS may accept a stale receipt handle and delete a message someone else now holds: the
+  lease deadline is a local estimate and a settle past it raises ``LeaseLost`` without
+  calling SQS (``extend`` alone is still tried up to 1 s late). Visibility is capped at 12 h
+  from the receive: ``extend`` and ``retry`` clamp to what is left.
+- A boto3 call cannot be interrupted: a cancelled long poll keeps running in its thread and
+  is parked for the next ``receive`` of that queue (``drivers.parking``); what it catches
+  with nobody waiting is released at once (visibility 0). A short poll is never parked:
+  adopted, it would end a long wait early.
+- Every call costs: settles go through a ``MicroBatcher`` per queue URL (sent at once when
+  none of their kind is in flight, else together when it returns, ten at most), and
+  ``calls`` counts every API call by action.
 """
 
 from __future__ import annotations
@@ -68,35 +27,31 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, TypeVar
-
-from pydantic import Field, ValidationInfo, model_validator
+from typing import TYPE_CHECKING, TypeVar
 
 from priority_pubsub.core.errors import DriverError, LeaseLost, MessageTooLarge
 from priority_pubsub.core.message import Lease, Message, now_ms
-from priority_pubsub.core.redaction import CredentialUrl
 from priority_pubsub.drivers.base import (
     CONTENT_TYPE_ATTRIBUTE,
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
     DriverContext,
+    DriverKit,
     DriverOptions,
     QueueDepth,
     check_options,
-    deployment,
     live_token,
-    own_options,
 )
 from priority_pubsub.drivers.batching import MicroBatcher
 from priority_pubsub.drivers.parking import Call, ParkedReceive
 from priority_pubsub.drivers.sqs.api import (
     MAX_BATCH,
     MAX_VISIBILITY_S,
-    MAX_WAIT_TIME_S,
     SqsApi,
     string_attributes,
     whole_seconds,
 )
+from priority_pubsub.drivers.sqs.options import SqsOptions
 from priority_pubsub.drivers.sqs.sns import dapr_cloudevent, publish_via_sns
 from priority_pubsub.telemetry.logs import get_logger
 
@@ -130,45 +85,6 @@ log = get_logger(__name__)
 T = TypeVar("T")
 
 
-class SqsOptions(DriverOptions):
-    """The ``driver:`` keys for ``type: sqs``."""
-
-    region: str | None = None
-    endpoint_url: CredentialUrl | None = None
-    """May carry ``user:password@`` (a proxy): printed with the password masked."""
-    queue_urls: dict[str, str] = Field(default_factory=dict)
-    """Queue name -> URL; names not listed are resolved with GetQueueUrl at start."""
-    wait_time_s: int = Field(default=MAX_WAIT_TIME_S, ge=1, le=MAX_WAIT_TIME_S)
-    """The longest single long poll (SQS allows 20 s)."""
-    empty_poll_wait_s: int = Field(default=0, ge=0, le=MAX_WAIT_TIME_S)
-    """WaitTimeSeconds for ``wait_s=0`` receives (see the module docstring)."""
-    max_message_bytes: int = Field(default=262_144, ge=1, le=1_048_576)
-    max_connections: int = Field(default=32, ge=4, le=512)
-    """Worker threads and HTTP connections: long polls hold one each."""
-    connect_timeout_s: float = Field(default=5, gt=0)
-    close_wait_s: float = Field(default=MAX_WAIT_TIME_S + 1, ge=0)
-    """How long ``close`` waits for running long polls so it can release what they catch."""
-    sns_topics: dict[str, str] = Field(default_factory=dict)
-    """Queue name -> SNS topic name: ``provision`` creates the topic, the queue's subscription
-    (raw delivery off) and the queue policy. Not used when consuming."""
-
-    @model_validator(mode="after")
-    def _urls_name_configured_queues(self, info: ValidationInfo) -> SqsOptions:
-        context = deployment(info)
-        if context is None:
-            return self
-        known = set(context.queues) | {context.dead_letter_queue} - {None}
-        unknown = sorted(set(self.queue_urls) - known)
-        if unknown:
-            raise ValueError(f"queue_urls: not configured queues: {unknown}")
-        return self
-
-    @property
-    def endpoint(self) -> str | None:
-        """``endpoint_url`` in clear, for the SDK."""
-        return self.endpoint_url.get_secret_value() if self.endpoint_url else None
-
-
 @dataclass(frozen=True, slots=True)
 class SqsReceipt:
     """The lease token: what settling needs, plus what dead-lettering must carry over."""
@@ -181,7 +97,7 @@ class SqsReceipt:
 
 @dataclass(eq=False)
 class _Poll:
-    """One ReceiveMessage running in a worker thread; see "Priorities and long polls"."""
+    """One ReceiveMessage running in a worker thread (a parked one outlives its caller)."""
 
     queue: str
     url: str
@@ -206,17 +122,17 @@ class _Poll:
         return self.wait_s >= 1 and not self.url.endswith(".fifo")
 
 
-class SqsDriver:
-    """SQS queues, one per priority; see the module docstring for leases, DLQ and polling."""
+class SqsDriver(DriverKit[SqsOptions],
+                name="sqs", options_model=SqsOptions,
+                releases_count_as_attempts=True):
+    """SQS queues, one per priority; see the module docstring for leases, DLQ and polling.
 
-    name: ClassVar[str] = "sqs"
-    options_model: ClassVar[type[DriverOptions]] = SqsOptions
-    releases_count_as_attempts: ClassVar[bool] = True
-    """A receive raises ApproximateReceiveCount and nothing lowers it again."""
+    Releases count as attempts: a receive raises ApproximateReceiveCount and nothing lowers it
+    again."""
 
     def __init__(self, options: DriverOptions, context: DriverContext) -> None:
-        self.options = options = own_options(options, SqsOptions)
-        self.context = context
+        super().__init__(options, context)
+        options = self.options
         self.calls: Counter[str] = Counter()
         """API calls made, by action, plus ``released`` (messages returned unseen)."""
         self.depths_from_polls = 0
@@ -239,7 +155,7 @@ class SqsDriver:
         """Queues whose latest long poll came back empty (loop time): see ``depth``."""
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
-        # settles grouped per queue URL: see "Batched settles" in the module docstring
+        # settles grouped per queue URL (the module docstring says why)
         self._deletes: MicroBatcher[str, str] = MicroBatcher(self._send_deletes, MAX_BATCH)
         self._visibility: MicroBatcher[str, tuple[str, int]] = MicroBatcher(
             self._send_visibility, MAX_BATCH
@@ -489,13 +405,8 @@ class SqsDriver:
             visible=count(names[0]), in_flight=count(names[1]), delayed=count(names[2])
         )
 
-    async def publish(
-        self,
-        queue: str,
-        body: bytes,
-        attributes: Mapping[str, str] | None = None,
-        content_type: str | None = None,
-    ) -> str:
+    async def publish(self, queue: str, body: bytes, attributes: Mapping[str, str] | None = None,
+                      content_type: str | None = None) -> str:
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:

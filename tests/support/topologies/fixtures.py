@@ -13,13 +13,13 @@ import pytest
 from tests.support.topologies.local import LocalTopology
 
 if TYPE_CHECKING:
+    from tests.support.azure_servicebus import ServiceBusBroker
+    from tests.support.gcp_pubsub_emulator import Emulator
     from tests.support.moto_server import MotoServer
-    from tests.support.pubsub_emulator import Emulator
     from tests.support.redis_server import OwnRedis
-    from tests.support.servicebus import ServiceBusBroker
-    from tests.support.topologies.azure import ServiceBusTopology
+    from tests.support.topologies.azure_servicebus import ServiceBusTopology
     from tests.support.topologies.base import Topology
-    from tests.support.topologies.gcp import PubSubTopology
+    from tests.support.topologies.gcp_pubsub import PubSubTopology
     from tests.support.topologies.rabbitmq import RabbitTopology
     from tests.support.topologies.redis import RedisTopology
     from tests.support.topologies.sqs import SqsTopology
@@ -63,17 +63,17 @@ def provisioned_sqs_topology(moto_server: MotoServer) -> SqsTopology:
 
 
 @closed_after
-def pubsub_topology(pubsub_emulator: Emulator) -> PubSubTopology:
-    from tests.support.topologies.gcp import PubSubTopology
+def gcp_pubsub_topology(gcp_pubsub_emulator: Emulator) -> PubSubTopology:
+    from tests.support.topologies.gcp_pubsub import PubSubTopology
 
     return PubSubTopology()
 
 
 @closed_after
-def servicebus_topology(servicebus_broker: ServiceBusBroker) -> ServiceBusTopology:
-    from tests.support.topologies.azure import ServiceBusTopology
+def azure_servicebus_topology(azure_servicebus_broker: ServiceBusBroker) -> ServiceBusTopology:
+    from tests.support.topologies.azure_servicebus import ServiceBusTopology
 
-    return ServiceBusTopology(servicebus_broker)
+    return ServiceBusTopology(azure_servicebus_broker)
 
 
 @closed_after
@@ -101,9 +101,10 @@ def own_redis_topology(own_redis: OwnRedis) -> RedisTopology:
 
 EVERY_BROKER = [
     pytest.param("local_topology", marks=pytest.mark.local, id="local"),
-    pytest.param("pubsub_topology", marks=pytest.mark.gcp, id="gcp_pubsub"),
+    pytest.param("gcp_pubsub_topology", marks=pytest.mark.gcp_pubsub, id="gcp_pubsub"),
     pytest.param("sqs_topology", marks=pytest.mark.sqs, id="sqs"),
-    pytest.param("servicebus_topology", marks=pytest.mark.azure, id="azure_servicebus"),
+    pytest.param("azure_servicebus_topology", marks=pytest.mark.azure_servicebus,
+                 id="azure_servicebus"),
     pytest.param("redis_topology", marks=pytest.mark.redis, id="redis"),
     pytest.param("rabbitmq_topology", marks=pytest.mark.rabbitmq, id="rabbitmq"),
 ]

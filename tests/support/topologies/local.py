@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from priority_pubsub.drivers.base import DriverContext
-from priority_pubsub.drivers.local.driver import DEAD_LETTER_REASON, LocalDriver, LocalOptions
+from priority_pubsub.drivers.local.driver import DEAD_LETTER_REASON, LocalDriver
+from priority_pubsub.drivers.local.options import LocalOptions
 from tests.support.topologies.base import DeadLetter
 
 T = TypeVar("T")

@@ -26,7 +26,8 @@ from priority_pubsub.drivers.base import (
     Message,
 )
 from priority_pubsub.drivers.redis import driver as redis_streams
-from priority_pubsub.drivers.redis.driver import RedisDriver, RedisOptions
+from priority_pubsub.drivers.redis.driver import RedisDriver
+from priority_pubsub.drivers.redis.options import RedisOptions
 from priority_pubsub.monitor.dead_letters import DeadLetterDesk, DeadLetterFilter
 from priority_pubsub.settings.config import validate_config
 from tests.drivers.conformance import (

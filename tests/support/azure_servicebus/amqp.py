@@ -22,7 +22,7 @@ from proton import (
     timestamp,
 )
 
-from tests.support.servicebus.entities import (
+from tests.support.azure_servicebus.entities import (
     MAX_MESSAGE_SIZE,
     MGMT_SUFFIX,
     TICK_S,
@@ -33,12 +33,12 @@ from tests.support.servicebus.entities import (
     entity_path,
     now_ms,
 )
-from tests.support.servicebus.sas import verify_sas
+from tests.support.azure_servicebus.sas import verify_sas
 
 if TYPE_CHECKING:
-    from tests.support.servicebus.broker import ServiceBusBroker
+    from tests.support.azure_servicebus.broker import ServiceBusBroker
 
-_log = logging.getLogger("tests.support.servicebus")
+_log = logging.getLogger("tests.support.azure_servicebus")
 
 
 def _annotated(stored: Stored, lock: Lock | None) -> Message:

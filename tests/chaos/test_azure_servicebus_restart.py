@@ -1,6 +1,6 @@
 """The Service Bus test broker killed with SIGKILL and started again on its port. It keeps
-everything in memory (as moto and the Pub/Sub emulator do, ``test_broker_restart.py`` and
-``test_emulator_restart.py``), so the test checks what such a broker allows: readiness turns
+everything in memory (as moto and the Pub/Sub emulator do, ``test_sqs_restart.py`` and
+``test_gcp_pubsub_restart.py``), so the test checks what such a broker allows: readiness turns
 within seconds, the sidecar never exits, it becomes ready again by itself, and everything
 published after the restart is delivered (what was published before was all settled before
 the kill). The app fails the first delivery of every fifth message, so retries with a delay
@@ -26,11 +26,11 @@ from priority_pubsub.delivery.receiver import RECEIVE_BACKOFF_MAX_S
 from tests.chaos.ledger import Accounting, account, drain_bodies
 from tests.chaos.outage import broker_outage
 from tests.support.app import Received, RecordingApp, Reply
-from tests.support.servicebus.process import BrokerProcess
+from tests.support.azure_servicebus.process import BrokerProcess
 from tests.support.sidecar import SidecarProcess, sidecar_config
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.chaos, pytest.mark.azure]
+pytestmark = [pytest.mark.chaos, pytest.mark.azure_servicebus]
 
 QUEUES = ["chaos-high", "chaos-low"]
 BATCH = 30

@@ -34,10 +34,10 @@ import pytest
 from tests.chaos.ledger import Accounting, account, drain_bodies
 from tests.e2e.helpers import wait_until
 from tests.support.app import RecordingApp, Reply
-from tests.support.pubsub_emulator import PROJECT, Emulator
+from tests.support.gcp_pubsub_emulator import PROJECT, Emulator
 from tests.support.sidecar import SidecarProcess, cli, sidecar_config, write_config
 
-pytestmark = [pytest.mark.chaos, pytest.mark.gcp]
+pytestmark = [pytest.mark.chaos, pytest.mark.gcp_pubsub]
 
 LEASE_S = 10
 CONCURRENCY = 16
@@ -164,12 +164,12 @@ def story(run: Run, message_id: str) -> str:
 @pytest.mark.timeout(600)
 def test_every_message_arrives_through_kills_at_scale(
     tmp_path: Path, app: RecordingApp, report: list[Accounting], schedule: Schedule,
-    pubsub_emulator: Emulator,
+    gcp_pubsub_emulator: Emulator,
 ) -> None:
     rng = random.Random(int(os.environ.get("PP_PUBSUB_KILLS_SEED", "39")))
     app.behaviour = lambda _: Reply(delay_s=rng.uniform(0.02, 0.2))
     run = _provisioned(tmp_path, app.url)
-    publisher = _publisher(run, schedule, pubsub_emulator)
+    publisher = _publisher(run, schedule, gcp_pubsub_emulator)
     kill_moments = sorted(rng.uniform(2, schedule.publish_s + 5) for _ in range(schedule.kills))
     with contextlib.ExitStack() as replicas:
         victim = replicas.enter_context(_replica(run, "victim-0"))

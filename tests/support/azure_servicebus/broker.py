@@ -16,9 +16,8 @@ from typing import Any
 from proton import Message, symbol
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
-from tests.support.servers import free_port
-from tests.support.servicebus.amqp import _Handler
-from tests.support.servicebus.entities import (
+from tests.support.azure_servicebus.amqp import _Handler
+from tests.support.azure_servicebus.entities import (
     DLQ_SUFFIX,
     LOCK_LOST,
     Entity,
@@ -30,8 +29,9 @@ from tests.support.servicebus.entities import (
     entity_path,
     now_ms,
 )
+from tests.support.servers import free_port
 
-_log = logging.getLogger("tests.support.servicebus")
+_log = logging.getLogger("tests.support.azure_servicebus")
 
 
 class ServiceBusBroker:

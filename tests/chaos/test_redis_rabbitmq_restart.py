@@ -2,7 +2,7 @@
 durable queues and persistent messages) killed with SIGKILL under load and started again on
 the same port: the sidecar turns not-ready, never exits, delivers again, and nothing that
 the broker accepted is lost — messages waiting, leased by the sidecar at the kill, or
-published throughout. (SQS on moto, in memory, is ``test_broker_restart.py``.)"""
+published throughout. (SQS on moto, in memory, is ``test_sqs_restart.py``.)"""
 
 from __future__ import annotations
 

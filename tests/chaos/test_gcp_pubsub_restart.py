@@ -1,5 +1,5 @@
 """Google's Pub/Sub emulator killed and started again on its port: it keeps nothing in
-memory across a restart, so (as ``test_broker_restart.py`` does for SQS on moto) the test
+memory across a restart, so (as ``test_sqs_restart.py`` does for SQS on moto) the test
 checks what such a broker allows — readiness turns 503 within seconds, the sidecar never
 exits, the topics and subscriptions made again are used, and everything published after the
 restart is delivered (what was published before was all settled before the kill)."""
@@ -18,12 +18,12 @@ from tests.chaos.ledger import Accounting, account
 from tests.chaos.outage import broker_outage
 from tests.e2e.helpers import wait_until
 from tests.support.app import RecordingApp
-from tests.support.pubsub_emulator import Emulator, running_emulator
+from tests.support.gcp_pubsub_emulator import Emulator, running_emulator
 from tests.support.servers import free_port
 from tests.support.sidecar import SidecarProcess
 from tests.support.topologies.base import topology_config
 
-pytestmark = [pytest.mark.chaos, pytest.mark.gcp]
+pytestmark = [pytest.mark.chaos, pytest.mark.gcp_pubsub]
 
 BATCH = 40
 DOWN_S = 5.0
@@ -32,10 +32,10 @@ DOWN_S = 5.0
 
 @pytest.mark.timeout(240)
 def test_pubsub_emulator_killed_and_restarted(
-    tmp_path: Path, app: RecordingApp, report: list[Accounting], pubsub_emulator: Emulator,
+    tmp_path: Path, app: RecordingApp, report: list[Accounting], gcp_pubsub_emulator: Emulator,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tests.support.topologies.gcp import PubSubTopology
+    from tests.support.topologies.gcp_pubsub import PubSubTopology
 
     port = free_port()  # the session's emulator proves the binary; this one is ours
     log = tmp_path / "emulator.log"

@@ -26,7 +26,7 @@ from azure.servicebus._pyamqp.message import Message as AmqpMessage
 from priority_pubsub.app.request import Prepared
 from priority_pubsub.core.message import Lease, Message
 from priority_pubsub.dapr.request_builder import DaprRequestBuilder
-from priority_pubsub.drivers.azure_servicebus import system_properties
+from priority_pubsub.drivers.azure_servicebus.wire import system_properties
 from priority_pubsub.settings.config import AppConfig
 from priority_pubsub.transforms.base import Payload
 from tests.unit.dapr.test_plan import plan_for

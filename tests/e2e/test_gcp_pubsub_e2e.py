@@ -15,9 +15,9 @@ from tests.e2e.scenarios import SidecarScenarios
 from tests.support.app import RecordingApp
 from tests.support.sidecar import start_sidecar
 from tests.support.topologies.base import topology_config
-from tests.support.topologies.gcp import PubSubTopology
+from tests.support.topologies.gcp_pubsub import PubSubTopology
 
-pytestmark = pytest.mark.gcp
+pytestmark = pytest.mark.gcp_pubsub
 
 DAPR_EVENT = {
     "id": "5929aaac-a5e2-4ca1-859c-edfe73f11565", "specversion": "1.0",
@@ -35,8 +35,8 @@ class TestPubSubScenarios(SidecarScenarios):
     short_lease_s: ClassVar[float] = 2.0
 
     @pytest.fixture
-    def topology(self, pubsub_topology: PubSubTopology) -> PubSubTopology:
-        return pubsub_topology
+    def topology(self, gcp_pubsub_topology: PubSubTopology) -> PubSubTopology:
+        return gcp_pubsub_topology
 
     def test_issue_32_six_hundred_published_while_waiting_all_arrive(
         self, tmp_path: Path, app: RecordingApp, topology: PubSubTopology
@@ -52,13 +52,14 @@ class TestPubSubScenarios(SidecarScenarios):
 
 
 def test_dapr_event_and_attributes_reach_the_app_unchanged(
-    tmp_path: Path, app: RecordingApp, pubsub_topology: PubSubTopology
+    tmp_path: Path, app: RecordingApp, gcp_pubsub_topology: PubSubTopology
 ) -> None:
-    high = pubsub_topology.queue("high")
+    high = gcp_pubsub_topology.queue("high")
     published = json.dumps({**DAPR_EVENT, "id": str(uuid.uuid4()), "topic": high,
                             "data": {"job": "render-report"}}).encode()
-    pubsub_topology.publish(high, published, {"customer-tier": "gold"})
-    sidecar = start_sidecar(tmp_path, topology_config(pubsub_topology, tmp_path, app.url, [high]))
+    gcp_pubsub_topology.publish(high, published, {"customer-tier": "gold"})
+    config = topology_config(gcp_pubsub_topology, tmp_path, app.url, [high])
+    sidecar = start_sidecar(tmp_path, config)
     try:
         [request] = app.wait_for(1)
         wait_until(lambda: journal_records(tmp_path / "journal"), timeout_s=10)
@@ -70,4 +71,4 @@ def test_dapr_event_and_attributes_reach_the_app_unchanged(
     assert request.headers["metadata.customer-tier"] == "gold"
     [record] = journal_records(tmp_path / "journal")
     assert (record["outcome"], record["driver"]) == ("ack", "gcp_pubsub")
-    assert pubsub_topology.pull(high, wait_s=1) == []  # acked
+    assert gcp_pubsub_topology.pull(high, wait_s=1) == []  # acked

@@ -8,7 +8,7 @@ import hmac
 import time
 from urllib.parse import parse_qs, quote_plus, unquote
 
-from tests.support.servicebus.entities import entity_path
+from tests.support.azure_servicebus.entities import entity_path
 
 
 def make_sas_token(audience: str, key_name: str, key: str, ttl_s: int = 3600) -> str:

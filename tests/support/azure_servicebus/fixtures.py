@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.azure_servicebus.broker import ServiceBusBroker
 from tests.support.servers import skip_or_fail
-from tests.support.servicebus.broker import ServiceBusBroker
 
 
 @pytest.fixture(scope="session")
-def servicebus_broker() -> Iterator[ServiceBusBroker]:
+def azure_servicebus_broker() -> Iterator[ServiceBusBroker]:
     """Started once per session on a free port; a broker loop failure fails the session."""
     try:
         broker = ServiceBusBroker().start()

@@ -20,14 +20,14 @@ from azure.servicebus.exceptions import (
     ServiceBusAuthenticationError,
 )
 
-from tests.support.servicebus import ServiceBusBroker
+from tests.support.azure_servicebus import ServiceBusBroker
 
-pytestmark = pytest.mark.azure
+pytestmark = pytest.mark.azure_servicebus
 
 
 @pytest.fixture
-def broker(servicebus_broker: ServiceBusBroker) -> ServiceBusBroker:
-    return servicebus_broker
+def broker(azure_servicebus_broker: ServiceBusBroker) -> ServiceBusBroker:
+    return azure_servicebus_broker
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ import pytest
 
 from tests.e2e.scenarios import SidecarScenarios
 from tests.support.app import RecordingApp, Reply
-from tests.support.servicebus import ServiceBusBroker
+from tests.support.azure_servicebus import ServiceBusBroker
 from tests.support.sidecar import SidecarProcess
-from tests.support.topologies.azure import ServiceBusTopology
+from tests.support.topologies.azure_servicebus import ServiceBusTopology
 from tests.support.topologies.base import topology_config
 
-pytestmark = pytest.mark.azure
+pytestmark = pytest.mark.azure_servicebus
 
 
 class TestServiceBusScenarios(SidecarScenarios):
@@ -29,25 +29,25 @@ class TestServiceBusScenarios(SidecarScenarios):
     waiting_batch_size: ClassVar[int] = 8
 
     @pytest.fixture
-    def topology(self, servicebus_topology: ServiceBusTopology) -> ServiceBusTopology:
-        return servicebus_topology
+    def topology(self, azure_servicebus_topology: ServiceBusTopology) -> ServiceBusTopology:
+        return azure_servicebus_topology
 
 
 def test_application_properties_reach_the_app_and_the_queue_is_left_empty(
-    tmp_path: Path, app: RecordingApp, servicebus_topology: ServiceBusTopology
+    tmp_path: Path, app: RecordingApp, azure_servicebus_topology: ServiceBusTopology
 ) -> None:
-    queue = servicebus_topology.queue("props")
-    servicebus_topology.publish(queue, b'{"n": 1}', {"origin": "e2e"})
+    queue = azure_servicebus_topology.queue("props")
+    azure_servicebus_topology.publish(queue, b'{"n": 1}', {"origin": "e2e"})
     app.behaviour = lambda _: Reply(200)
     sidecar = TestServiceBusScenarios().start(
-        tmp_path, topology_config(servicebus_topology, tmp_path, app.url, [queue]))
+        tmp_path, topology_config(azure_servicebus_topology, tmp_path, app.url, [queue]))
     try:
         [request] = app.wait_for(1)
     finally:
         assert sidecar.stop() == 0
     assert request.headers["metadata.origin"] == "e2e"
     assert request.event["data"] == {"n": 1}
-    counts = servicebus_topology.broker.counts(queue)
+    counts = azure_servicebus_topology.broker.counts(queue)
     assert (counts.active, counts.locked, counts.dead_lettered) == (0, 0, 0)
 
 

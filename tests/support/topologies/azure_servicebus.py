@@ -1,4 +1,4 @@
-"""The Service Bus topology on the test broker (``tests/support/servicebus``): queues whose
+"""The Service Bus topology on the test broker (``tests/support/azure_servicebus``): queues whose
 lock is fixed at creation, dead letters read from each queue's native ``$DeadLetterQueue``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from azure.servicebus import (
     ServiceBusSubQueue,
 )
 
-from tests.support.servicebus import ServiceBusBroker
+from tests.support.azure_servicebus import ServiceBusBroker
 from tests.support.topologies.base import DeadLetter
 
 

@@ -12,7 +12,7 @@ from google.pubsub_v1 import PublisherClient, SubscriberClient
 from google.pubsub_v1.types import DeadLetterPolicy, PubsubMessage, ReceivedMessage, Subscription
 
 from priority_pubsub.drivers.gcp_pubsub.driver import DEAD_LETTER_REASON
-from tests.support.pubsub_emulator import PROJECT
+from tests.support.gcp_pubsub_emulator import PROJECT
 from tests.support.topologies.base import DeadLetter
 
 

@@ -1,6 +1,6 @@
 """Google's Pub/Sub emulator for the test session: a real gRPC server on 127.0.0.1.
 
-``pubsub_emulator`` is a session fixture (import it into a test module): it starts
+``gcp_pubsub_emulator`` is a session fixture (import it into a test module): it starts
 ``cloud-pubsub-emulator`` on a free port, waits until it answers, sets
 ``PUBSUB_EMULATOR_HOST`` for the SDK, and at the end stops the whole process group (the
 launcher is a shell script that starts Java; killing only the script would leave Java
@@ -102,7 +102,7 @@ def running_emulator(log_path: Path, port: int | None = None) -> Iterator[Emulat
 
 
 @pytest.fixture(scope="session")
-def pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+def gcp_pubsub_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     """The session's emulator, with ``PUBSUB_EMULATOR_HOST`` set while it runs."""
     reason = missing_reason()
     if reason:

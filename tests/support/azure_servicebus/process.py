@@ -19,7 +19,7 @@ _REPO = Path(__file__).resolve().parents[3]
 
 
 class BrokerProcess:
-    """``python -m tests.support.servicebus`` serving ``queues``; ``start`` returns once the
+    """``python -m tests.support.azure_servicebus`` serving ``queues``; ``start`` returns once the
     queues exist (the child printed its connection string)."""
 
     def __init__(self, queues: list[str], log_path: Path, *, lock_duration_s: float = 60.0,
@@ -36,7 +36,7 @@ class BrokerProcess:
         assert self._process is None, "already running"
         with self.log_path.open("ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.servicebus", "--port", str(self.port),
+                [sys.executable, "-m", "tests.support.azure_servicebus", "--port", str(self.port),
                  "--lock-s", str(self.lock_duration_s),
                  "--max-deliveries", str(self.max_delivery_count), *self.queues],
                 cwd=_REPO, stdout=subprocess.PIPE, stderr=log,

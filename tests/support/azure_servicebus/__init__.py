@@ -54,8 +54,8 @@ broker as a program) and ``process.py`` (it in a child process a test can kill w
 and start again on its port, as the chaos suite's restart test does).
 """
 
-from tests.support.servicebus.broker import ServiceBusBroker, running_broker
-from tests.support.servicebus.entities import EntityCounts
-from tests.support.servicebus.sas import make_sas_token
+from tests.support.azure_servicebus.broker import ServiceBusBroker, running_broker
+from tests.support.azure_servicebus.entities import EntityCounts
+from tests.support.azure_servicebus.sas import make_sas_token
 
 __all__ = ["EntityCounts", "ServiceBusBroker", "make_sas_token", "running_broker"]

@@ -1,5 +1,5 @@
-"""``python -m tests.support.servicebus [--port P] [--lock-s S] [--max-deliveries N] QUEUE...``:
-serve queues until Ctrl-C or a signal, after printing the connection string (the line a
+"""``python -m tests.support.azure_servicebus [--port P] [--lock-s S] [--max-deliveries N]
+QUEUE...``: serve queues until Ctrl-C or a signal, after printing the connection string (the line a
 parent process waits for: the queues exist once it is printed)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import contextlib
 import logging
 import time
 
-from tests.support.servicebus.broker import running_broker
+from tests.support.azure_servicebus.broker import running_broker
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.support.servicebus")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.azure_servicebus")
     parser.add_argument("queues", nargs="*", default=["tasks"])
     parser.add_argument("--port", type=int, default=None, help="a free one when not given")
     parser.add_argument("--lock-s", type=float, default=60.0, help="each queue's lock duration")
