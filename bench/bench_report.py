@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.common import emit, log, median_run
 from priority_pubsub.analytics.report import run_report
-from priority_pubsub.analytics.tuning import OWN_SESSION
+from priority_pubsub.analytics.spark.tuning import OWN_SESSION
 from priority_pubsub.telemetry.journal import JOURNAL_FIELDS, SCHEMA_VERSION
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.common import emit, git_worktree, log
-from priority_pubsub.analytics.jvm import ARCHIVE_ENV
+from priority_pubsub.analytics.spark.jvm import ARCHIVE_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     from pyspark.sql import SparkSession
 
-    from priority_pubsub.analytics.tuning import OWN_SESSION
+    from priority_pubsub.analytics.spark.tuning import OWN_SESSION
 
     histories = [int(s) for s in args.history.split(",")]
     with contextlib.ExitStack() as stack:

@@ -37,21 +37,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from priority_pubsub.analytics import histogram
-from priority_pubsub.analytics import tables as T
-from priority_pubsub.analytics.capacity import fold_sweeps, sweep_minutes
-from priority_pubsub.analytics.files import JournalFile
-from priority_pubsub.analytics.jvm import QUICK_JIT_MAX_BYTES
-from priority_pubsub.analytics.load import BAD_CLASSES, SAMPLES_PER_CLASS, LineCounts, load
-from priority_pubsub.analytics.schema import REPORT_FIELDS, journal_struct
-from priority_pubsub.analytics.starvation import (
+from priority_pubsub.analytics.journal.files import JournalFile
+from priority_pubsub.analytics.journal.load import BAD_CLASSES, SAMPLES_PER_CLASS, LineCounts, load
+from priority_pubsub.analytics.journal.schema import REPORT_FIELDS, journal_struct
+from priority_pubsub.analytics.model import histogram
+from priority_pubsub.analytics.model import tables as T
+from priority_pubsub.analytics.model.capacity import fold_sweeps, sweep_minutes
+from priority_pubsub.analytics.model.starvation import (
     by_hour,
     fold_counts,
     fold_minutes,
     starvation_minutes,
 )
-from priority_pubsub.analytics.state import Manifest, Store, is_local
-from priority_pubsub.analytics.tuning import ONE_RECORD_PER_GROUP, Steps, session_conf, side_by_side
+from priority_pubsub.analytics.spark.jvm import QUICK_JIT_MAX_BYTES
+from priority_pubsub.analytics.spark.tuning import (
+    ONE_RECORD_PER_GROUP,
+    Steps,
+    session_conf,
+    side_by_side,
+)
+from priority_pubsub.analytics.state.store import Manifest, Store, is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -17,16 +17,20 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from priority_pubsub.analytics import histogram
-from priority_pubsub.analytics import tables as T
-from priority_pubsub.analytics.capacity import capacity_from_fine, observed_peak, peaks_from_minutes
-from priority_pubsub.analytics.frames import small_frame
 from priority_pubsub.analytics.increment import read_partitions, summaries_of
-from priority_pubsub.analytics.page import PageData
-from priority_pubsub.analytics.schema import OUTCOMES
-from priority_pubsub.analytics.starvation import collect_rows, from_minutes
-from priority_pubsub.analytics.state import Manifest, Store
-from priority_pubsub.analytics.tuning import Steps, side_by_side
+from priority_pubsub.analytics.journal.schema import OUTCOMES
+from priority_pubsub.analytics.model import histogram
+from priority_pubsub.analytics.model import tables as T
+from priority_pubsub.analytics.model.capacity import (
+    capacity_from_fine,
+    observed_peak,
+    peaks_from_minutes,
+)
+from priority_pubsub.analytics.model.starvation import collect_rows, from_minutes
+from priority_pubsub.analytics.render.page import PageData
+from priority_pubsub.analytics.spark.frames import small_frame
+from priority_pubsub.analytics.spark.tuning import Steps, side_by_side
+from priority_pubsub.analytics.state.store import Manifest, Store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

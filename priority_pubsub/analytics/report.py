@@ -18,23 +18,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from priority_pubsub.analytics.capacity import CapacityRow
-from priority_pubsub.analytics.files import FileChoice, choose, local_new_bytes
 from priority_pubsub.analytics.increment import Increment, line_counts, run_increment
-from priority_pubsub.analytics.jvm import (
+from priority_pubsub.analytics.journal.files import FileChoice, choose, local_new_bytes
+from priority_pubsub.analytics.journal.load import LineCounts
+from priority_pubsub.analytics.journal.objects import fetch, is_object_url, list_objects
+from priority_pubsub.analytics.journal.schema import REPORT_FIELDS, SCHEMA_VERSION
+from priority_pubsub.analytics.model.capacity import CapacityRow
+from priority_pubsub.analytics.model.starvation import StarvationRow
+from priority_pubsub.analytics.publish import publish
+from priority_pubsub.analytics.render.page import PageData, render
+from priority_pubsub.analytics.render.progress import Progress, quiet_spark_options
+from priority_pubsub.analytics.spark.jvm import (
     ClassArchive,
     java_options,
     jvm_stdout_to_stderr,
     quick_jit,
 )
-from priority_pubsub.analytics.load import LineCounts
-from priority_pubsub.analytics.objects import fetch, is_object_url, list_objects
-from priority_pubsub.analytics.page import PageData, render
-from priority_pubsub.analytics.progress import Progress, quiet_spark_options
-from priority_pubsub.analytics.publish import publish
-from priority_pubsub.analytics.schema import REPORT_FIELDS, SCHEMA_VERSION
-from priority_pubsub.analytics.starvation import StarvationRow
-from priority_pubsub.analytics.state import (
+from priority_pubsub.analytics.spark.tuning import OWN_SESSION, Steps, tune_partitions
+from priority_pubsub.analytics.state.store import (
     STATE_FORMAT,
     Manifest,
     StateError,
@@ -45,7 +46,6 @@ from priority_pubsub.analytics.state import (
     read_local_manifest,
     remote_lock,
 )
-from priority_pubsub.analytics.tuning import OWN_SESSION, Steps, tune_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -15,10 +15,10 @@ import json
 import os
 import sys
 
-from priority_pubsub.analytics.jvm import class_archive
-from priority_pubsub.analytics.progress import Progress, TerminalProgress, human_summary
+from priority_pubsub.analytics.render.progress import Progress, TerminalProgress, human_summary
 from priority_pubsub.analytics.report import run_report, to_epoch_ms
-from priority_pubsub.analytics.state import StateError
+from priority_pubsub.analytics.spark.jvm import class_archive
+from priority_pubsub.analytics.state.store import StateError
 
 SPARK_EXTRA = "priority-pubsub[spark]"
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from priority_pubsub.analytics.load import load
+from priority_pubsub.analytics.journal.load import load
 from priority_pubsub.analytics.report import ReportSummary, run_report, to_epoch_ms
 from priority_pubsub.cli import report_command_line
 from priority_pubsub.telemetry.journal import JournalRecord
@@ -185,7 +185,7 @@ def test_a_journal_of_only_bad_lines_still_gives_a_page(
 
 
 def test_steps_side_by_side_each_run_with_its_own_job_description(spark: SparkSession) -> None:
-    from priority_pubsub.analytics.tuning import side_by_side
+    from priority_pubsub.analytics.spark.tuning import side_by_side
 
     seen: dict[str, str | None] = {}
 
@@ -202,7 +202,7 @@ def test_steps_side_by_side_each_run_with_its_own_job_description(spark: SparkSe
 def test_a_failed_step_side_by_side_fails_the_report_after_the_other_finished(
     spark: SparkSession,
 ) -> None:
-    from priority_pubsub.analytics.tuning import side_by_side
+    from priority_pubsub.analytics.spark.tuning import side_by_side
 
     counted: list[int] = []
 

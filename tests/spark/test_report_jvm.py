@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from priority_pubsub.analytics import jvm
+from priority_pubsub.analytics.spark import jvm
 from tests.spark import journals
 
 if TYPE_CHECKING:

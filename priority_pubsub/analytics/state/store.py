@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from priority_pubsub.analytics.schema import SCHEMA_VERSION
+from priority_pubsub.analytics.journal.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
