@@ -17,7 +17,6 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from priority_pubsub.analytics.increment import read_partitions, summaries_of
 from priority_pubsub.analytics.journal.schema import OUTCOMES
 from priority_pubsub.analytics.model import histogram
 from priority_pubsub.analytics.model import tables as T
@@ -31,6 +30,7 @@ from priority_pubsub.analytics.render.page import PageData
 from priority_pubsub.analytics.spark.frames import small_frame
 from priority_pubsub.analytics.spark.tuning import Steps, side_by_side
 from priority_pubsub.analytics.state.store import Manifest, Store
+from priority_pubsub.analytics.state.stored import read_partitions, summaries_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

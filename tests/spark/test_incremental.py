@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from priority_pubsub.analytics.increment import HOURLY, SUMMARIES
 from priority_pubsub.analytics.report import ReportSummary, run_report
 from priority_pubsub.analytics.state.store import Manifest, StateError, local_lock
+from priority_pubsub.analytics.state.stored import HOURLY, SUMMARIES
 from priority_pubsub.cli import report_command_line
 from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals

@@ -87,7 +87,7 @@ class Manifest:
     """Summary table -> its Spark schema (JSON), as ``summaries`` wrote it: read back
     without a job to infer it (a state written before this field infers them)."""
     summary_hours: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Per-hour summary (``increment.HOURLY``) -> hour -> the run whose ``hours/<name>``
+    """Per-hour summary (``stored.HOURLY``) -> hour -> the run whose ``hours/<name>``
     holds that hour's rows."""
 
     @property
