@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from priority_pubsub.analytics.journal.files import JournalFile
 from priority_pubsub.analytics.journal.load import BAD_CLASSES, SAMPLES_PER_CLASS, LineCounts, load
 from priority_pubsub.analytics.journal.schema import REPORT_FIELDS
+from priority_pubsub.analytics.journal.window import SettleWindow
 from priority_pubsub.analytics.model import histogram
 from priority_pubsub.analytics.model import tables as T
 from priority_pubsub.analytics.model.capacity import fold_sweeps, sweep_minutes
@@ -102,7 +103,7 @@ def run_increment(
     previous: Manifest,
     files: list[JournalFile],
     run: str,
-    bounds: tuple[int | None, int | None],
+    window: SettleWindow,
     steps: Steps,
 ) -> tuple[Manifest, Increment]:
     """Read ``files`` and write run ``run``'s data; the manifest to commit and what changed.
@@ -110,7 +111,7 @@ def run_increment(
     from pyspark.sql import functions as F
 
     with steps.step("read new files"):
-        loaded = load(spark, [f.read_path for f in files], bounds[0], bounds[1],
+        loaded = load(spark, [f.read_path for f in files], window.since_ms, window.until_ms,
                       derive=with_hour_id)
     try:
         with steps.step("find hours touched"):

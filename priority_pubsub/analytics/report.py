@@ -23,6 +23,7 @@ from priority_pubsub.analytics.journal.files import FileChoice, choose, local_ne
 from priority_pubsub.analytics.journal.load import LineCounts
 from priority_pubsub.analytics.journal.objects import fetch, is_object_url, list_objects
 from priority_pubsub.analytics.journal.schema import REPORT_FIELDS, SCHEMA_VERSION
+from priority_pubsub.analytics.journal.window import SettleWindow, TimeBound
 from priority_pubsub.analytics.model.capacity import CapacityRow
 from priority_pubsub.analytics.model.starvation import StarvationRow
 from priority_pubsub.analytics.publish import publish
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_TARGET_WAIT_S = 60.0
-TimeBound = datetime | str | int | None
 WAIT_FIGURES = ("wait_p50_s", "wait_p95_s", "wait_p99_s", "wait_max_s")
 
 
@@ -98,17 +98,6 @@ class ReportSummary:
         return data
 
 
-def to_epoch_ms(bound: TimeBound) -> int | None:
-    """ISO 8601 text (naive = UTC, 'Z' allowed), an aware/naive datetime, or epoch ms."""
-    if bound is None or isinstance(bound, int):
-        return bound
-    if isinstance(bound, str):
-        bound = datetime.fromisoformat(bound.strip().replace("Z", "+00:00"))
-    if bound.tzinfo is None:
-        bound = bound.replace(tzinfo=UTC)
-    return int(bound.timestamp() * 1000)
-
-
 def run_report(
     journal_glob: str,
     out_dir: str,
@@ -128,7 +117,7 @@ def run_report(
     local directory; ``state_dir`` (default ``<out>/.state``) any Hadoop path. Raises
     ``StateError`` when another run holds the state or it cannot be used as it is."""
     started = time.monotonic()
-    since_ms, until_ms = to_epoch_ms(since), to_epoch_ms(until)  # bad text fails before Spark
+    window = SettleWindow.between(since, until)  # bad text fails before Spark
     out = Path(out_dir).absolute()
     state = state_dir or str(out / ".state")
     progress = progress or Progress()
@@ -145,7 +134,7 @@ def run_report(
         try:
             store = Store(session, state)
             with contextlib.nullcontext() if is_local(state) else remote_lock(store):
-                run = _Run(session, store, out, progress, (since_ms, until_ms, since, until))
+                run = _Run(session, store, out, progress, window)
                 summary = run.report(journal_glob, target_wait_s, full)
                 summary.jvm = jvm
         finally:
@@ -222,7 +211,7 @@ class _Run:
     store: Store
     out: Path
     progress: Progress
-    bounds: tuple[int | None, int | None, TimeBound, TimeBound]
+    window: SettleWindow
 
     def report(self, journal_glob: str, target_wait_s: float, full: bool) -> ReportSummary:
         spark, store = self.spark, self.store
@@ -246,7 +235,6 @@ class _Run:
             previous = Manifest.from_json(manifest.to_json())
             previous.unpublished = pending
             run = new_run_id(manifest.seq + 1)
-            since_ms, until_ms = self.bounds[0], self.bounds[1]
             fetched = self.out / ".fetched"  # objects copied here for Spark, then deleted
             try:
                 new = choice.new
@@ -254,13 +242,13 @@ class _Run:
                     with steps.step("fetch new objects"):
                         new = fetch(choice.new, fetched / run)
                 manifest, increment = run_increment(
-                    spark, store, previous, new, run, (since_ms, until_ms), steps
+                    spark, store, previous, new, run, self.window, steps
                 )
             finally:
                 shutil.rmtree(fetched, ignore_errors=True)
             manifest.format, manifest.journal_schema = STATE_FORMAT, SCHEMA_VERSION
             manifest.record_columns = list(REPORT_FIELDS)
-            manifest.bounds = [since_ms, until_ms]
+            manifest.bounds = self.window.stored
             with steps.step("commit"):
                 store.commit(manifest)
             pending = manifest.unpublished
@@ -317,7 +305,7 @@ class _Run:
                 f"the state in {store.root} keeps other record fields "
                 f"({manifest.record_columns}): rerun with --full to rebuild it"
             )
-        if manifest.bounds != [self.bounds[0], self.bounds[1]]:
+        if manifest.bounds != self.window.stored:
             raise StateError(
                 f"the state in {store.root} was built with other --since/--until bounds: "
                 "rerun with --full, or give another --state"
@@ -325,7 +313,7 @@ class _Run:
         return manifest
 
     def _page(self, journal_glob: str, target_wait_s: float, manifest: Manifest) -> PageData:
-        since, until = self.bounds[2], self.bounds[3]
+        since, until = self.window.since, self.window.until
         return PageData(
             source=journal_glob,
             generated_ms=int(time.time() * 1000),

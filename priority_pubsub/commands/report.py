@@ -15,8 +15,9 @@ import json
 import os
 import sys
 
+from priority_pubsub.analytics.journal.window import to_epoch_ms
 from priority_pubsub.analytics.render.progress import Progress, TerminalProgress, human_summary
-from priority_pubsub.analytics.report import run_report, to_epoch_ms
+from priority_pubsub.analytics.report import run_report
 from priority_pubsub.analytics.spark.jvm import class_archive
 from priority_pubsub.analytics.state.store import StateError
 

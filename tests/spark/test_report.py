@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from priority_pubsub.analytics.journal.load import load
-from priority_pubsub.analytics.report import ReportSummary, run_report, to_epoch_ms
+from priority_pubsub.analytics.journal.window import to_epoch_ms
+from priority_pubsub.analytics.report import ReportSummary, run_report
 from priority_pubsub.cli import report_command_line
 from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals
