@@ -162,8 +162,7 @@ def run_increment(
                     _write_sweeps(spark, span, all_priorities, from_ms, summaries)
 
             # side by side: on 2 cores a small run's jobs leave a core idle while the driver
-            # plans (1 M history, 100 k new, paired fresh runs: 3.3, 3.8 and 3.8 s less for
-            # two steps at once; all four, median 33.0 s against 34.3 s for two). A large
+            # plans (docs/performance.md, the delivery report). A large
             # run's lifecycle goes alone: it sets a session option for its jobs
             # (``ONE_RECORD_PER_GROUP``), which would reach the jobs the others plan. (Its
             # reads' ``listed_by_driver`` is a session option too, of speed only, as beside

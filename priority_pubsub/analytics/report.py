@@ -253,7 +253,9 @@ class _Run:
                 store.commit(manifest)
             pending = manifest.unpublished
         page = self._page(journal_glob, target_wait_s, manifest)
-        publish(spark, store, manifest, self.out, page, steps, pending, full or manifest.seq == 1)
+        page = publish(
+            spark, store, manifest, self.out, page, steps, pending, full or manifest.seq == 1
+        )
         store.write_text("published", str(manifest.seq))
         with steps.step("clean up state"):
             store.collect_garbage(manifest, started_from)

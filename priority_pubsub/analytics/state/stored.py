@@ -214,7 +214,6 @@ def write_one_file(frame: DataFrame, path: str, small: bool = False) -> None:
     final aggregation) ran in a single task (1 M records on a 30-day history: the sweeps'
     windows were two single-task stages of 2 M events each). In a ``small`` run
     (``increment.small_run``) that stage is a few hours of records and one task does it at
-    once, where the extra shuffle is one more job per summary, eight per run (1 M history,
-    100 k new, paired fresh runs: 34.8, 36.0, 33.9 s with a coalesce against 37.5, 35.1,
-    37.3 s)."""
+    once, where the extra shuffle is one more job per summary, eight per run (faster by a
+    few seconds: docs/performance.md, the delivery report)."""
     (frame.coalesce(1) if small else frame.repartition(1)).write.parquet(path)
