@@ -37,7 +37,7 @@ from bench.harness.output import emit, log
 from bench.harness.rendering import Rendering, Rows, met
 from bench.harness.stats import median_run
 from priority_pubsub.analytics.report import run_report
-from priority_pubsub.analytics.tuning import OWN_SESSION
+from priority_pubsub.analytics.spark.tuning import OWN_SESSION
 from priority_pubsub.telemetry.journal import JOURNAL_FIELDS
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@
 Spark writes a history of that many records spread over 30 days (journal files
 ``journal-hist-<seq>.jsonl``) and ``--new`` records in the hour after it
 (``journal-new-<seq>.jsonl``); that session then stops. Then, each run a fresh
-``priority-pubsub report`` process (``python -m priority_pubsub.analytics.report``: its own
+``priority-pubsub report`` process (``python -m priority_pubsub report``: its own
 JVM, timed end to end, as an operator's hourly run):
 
 - ``full_s``: the state built from the history alone (``--full``, ``--full-rounds`` runs);
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from bench.harness.output import emit, log
 from bench.harness.processes import git_worktree
 from bench.harness.rendering import Rendering, Rows, format_md, met
-from priority_pubsub.analytics.jvm import ARCHIVE_ENV
+from priority_pubsub.analytics.spark.jvm import ARCHIVE_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -89,7 +89,7 @@ def report_process(
     event log). Its JVM gets ``driver_memory`` (as the in-session bench's), and the event
     log settings, through PYSPARK_SUBMIT_ARGS; the class archive (``analytics.jvm``) of the
     user's cache, as an operator's runs have it, unless ``class_archive`` is False."""
-    command = [sys.executable, "-m", "priority_pubsub.analytics.report", journals,
+    command = [sys.executable, "-m", "priority_pubsub", "report", journals,
                "--out", str(out), "--state", str(state), "--master", "local[2]", "--json",
                *(["--full"] if full else [])]  # fmt: skip
     submit = f"--driver-memory {driver_memory}"
@@ -132,7 +132,7 @@ def one_pass_process(
 ) -> tuple[float, dict[str, Any]]:
     """The one-pass report of ``tree`` in a fresh process (its own JVM, as
     ``report_process``); wall seconds and its summary (one JSON document on stdout)."""
-    command = [sys.executable, "-m", "priority_pubsub.analytics.report", journals,
+    command = [sys.executable, "-m", "priority_pubsub", "report", journals,
                "--out", str(out), "--master", "local[2]"]  # fmt: skip
     env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-memory {driver_memory} pyspark-shell",
            "PYTHONPATH": str(tree)}  # fmt: skip
@@ -268,7 +268,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     from pyspark.sql import SparkSession
 
-    from priority_pubsub.analytics.tuning import OWN_SESSION
+    from priority_pubsub.analytics.spark.tuning import OWN_SESSION
 
     histories = [int(s) for s in args.history.split(",")]
     with contextlib.ExitStack() as stack:

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -508,33 +508,45 @@ def demo(
 
 @_command(app)
 def report(
-    journal_glob: Annotated[str, typer.Argument(help="Journal files: path, glob or URI.")],
-    out: Annotated[Path, typer.Option("--out", help="Output directory.")],
+    journal_glob: Annotated[str, typer.Argument(
+        help="Journal files: path, glob, an object-store prefix (s3://, gs://, az://: read "
+        "without Hadoop's connectors) or a Hadoop URI (s3a://...; .gz ok).")],
+    out: Annotated[str, typer.Option("--out", help="Output directory (local).")],
     master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
-    since: Annotated[str | None, typer.Option(help="Only records settled at/after (ISO).")] = None,
-    until: Annotated[str | None, typer.Option(help="Only records settled before (ISO).")] = None,
-    target_wait_s: Annotated[float, typer.Option(help="Target p95 wait for capacity.")] = 60.0,
+    since: Annotated[str | None, typer.Option(
+        help="First settle time, ISO 8601 (UTC if no zone).")] = None,
+    until: Annotated[str | None, typer.Option(
+        help="Settle time bound (exclusive), ISO 8601.")] = None,
+    target_wait_s: Annotated[float, typer.Option(
+        help="p95 wait the capacity figures aim for, seconds.")] = 60.0,
     state: Annotated[str | None, typer.Option(
         help="State directory, any Hadoop path (default: OUT/.state).")] = None,
     full: Annotated[bool, typer.Option(
-        "--full", help="Rebuild the state from every file.")] = False,
+        "--full", help="Rebuild the state from every journal file.")] = False,
     as_json: Annotated[bool, typer.Option(
-        "--json", help="Print the JSON summary (also when stdout is not a terminal).")] = False,
+        "--json", help="Print the JSON summary (also whenever stdout is not a terminal).")
+    ] = False,
 ) -> None:
     """Delivery report on PySpark: Parquet tables and report.html (needs the spark extra).
 
-    Each run reads only the closed journal files no earlier run read (state in --state)."""
-    from priority_pubsub.analytics.report import main as report_main  # no pyspark import yet
+    Each run reads only the closed journal files no earlier run read (state in --state).
+    Exit 0 ok, 1 failed (or another run holds the state), 2 bad usage."""
+    from priority_pubsub.commands.report import run_report_command  # no pyspark import yet
 
-    argv = [journal_glob, "--out", str(out), "--master", master, "--target-wait-s",
-            str(target_wait_s)]
-    argv += [*(["--state", state] if state else []), *(["--full"] if full else []),
-             *(["--json"] if as_json else [])]
-    if since:
-        argv += ["--since", since]
-    if until:
-        argv += ["--until", until]
-    raise typer.Exit(report_main(argv))
+    raise typer.Exit(run_report_command(
+        journal_glob, out, master=master, since=since, until=until,
+        target_wait_s=target_wait_s, state=state, full=full, as_json=as_json))
+
+
+def report_command_line(argv: Sequence[str]) -> int:
+    """``priority-pubsub report`` with ``argv`` (what follows the command's name); its exit
+    code. The ``spark-submit`` entry runs the report through this, so it has the command's
+    options, help and defaults."""
+    try:
+        app(["report", *argv], prog_name="priority-pubsub")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return 0
 
 
 config_app = typer.Typer(help="The config file's format.", no_args_is_help=True)

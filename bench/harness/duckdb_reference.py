@@ -1,7 +1,7 @@
 """The DuckDB reference row of the report benchmarks: the core aggregates, in DuckDB.
 
 Same files, same schema (``JOURNAL_FIELDS``, given explicitly, no inference), same
-definitions as ``priority_pubsub.analytics.tables``: per (priority, hour) attempts and
+definitions as ``priority_pubsub.analytics.model.tables``: per (priority, hour) attempts and
 outcome counts, wait (attempt 1) and processing p50/p95/p99, the attempts distribution and
 the dead-letter reasons. It is the yardstick for "how long should these aggregates take on
 this machine", not a second report: the Spark report computes more (lifecycle, starvation,

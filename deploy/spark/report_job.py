@@ -14,9 +14,9 @@ only a local master reads: ``spark-submit --master 'local[*]' ... s3://journals/
 
 The session is created here, without a master, so it is the one ``spark-submit`` configured
 (``--master``, ``--conf``); the report then uses that active session and ignores its own
-``--master`` default (``local[*]``, for laptops). Arguments are those of
-``priority-pubsub report`` after the subcommand name. ``--out`` is a local directory of the
-driver: mount a volume there; ``--state`` (what earlier runs read) may be any Hadoop path.
+``--master`` default (``local[*]``, for laptops). This runs ``priority-pubsub report`` itself:
+its arguments, help and defaults, after the subcommand name. ``--out`` is a local directory
+of the driver: mount a volume there; ``--state`` (what earlier runs read) may be any Hadoop path.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from priority_pubsub.analytics.report import main
+from priority_pubsub.cli import report_command_line
 
 
 def run(argv: list[str]) -> int:
     spark = SparkSession.builder.appName("priority-pubsub-report").getOrCreate()
     try:
-        return main(argv)
+        return report_command_line(argv)
     finally:
         spark.stop()
 

@@ -12,21 +12,25 @@ histograms (``histogram``).
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from priority_pubsub.analytics import histogram
-from priority_pubsub.analytics import tables as T
-from priority_pubsub.analytics.capacity import capacity_from_fine, observed_peak, peaks_from_minutes
-from priority_pubsub.analytics.frames import small_frame
-from priority_pubsub.analytics.increment import read_partitions, summaries_of
-from priority_pubsub.analytics.page import PageData
-from priority_pubsub.analytics.schema import OUTCOMES
-from priority_pubsub.analytics.starvation import collect_rows, from_minutes
-from priority_pubsub.analytics.state import Manifest, Store
-from priority_pubsub.analytics.tuning import Steps, side_by_side
+from priority_pubsub.analytics.journal.schema import OUTCOMES
+from priority_pubsub.analytics.model import histogram
+from priority_pubsub.analytics.model import tables as T
+from priority_pubsub.analytics.model.capacity import (
+    capacity_from_fine,
+    observed_peak,
+    peaks_from_minutes,
+)
+from priority_pubsub.analytics.model.starvation import collect_rows, from_minutes
+from priority_pubsub.analytics.render.page import PageData
+from priority_pubsub.analytics.spark.frames import small_frame
+from priority_pubsub.analytics.spark.tuning import Steps, side_by_side
+from priority_pubsub.analytics.state.store import Manifest, Store
+from priority_pubsub.analytics.state.stored import read_partitions, summaries_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -41,6 +45,15 @@ CAPACITY_SCHEMA = (
 )
 
 
+@dataclass
+class _Part:
+    """What one publishing step made: the tables it wrote (name -> path) and the page's
+    fields it collected (``PageData`` field -> value)."""
+
+    tables: dict[str, str] = field(default_factory=dict)
+    page: dict[str, Any] = field(default_factory=dict)
+
+
 def publish(
     spark: SparkSession,
     store: Store,
@@ -50,67 +63,81 @@ def publish(
     steps: Steps,
     lifecycle_hours: list[int],
     rebuild_lifecycle: bool,
-) -> None:
-    """Write the output tables and fill ``page`` (small rows only) from ``manifest``."""
+) -> PageData:
+    """Write the output tables from ``manifest``; ``page`` with what they show (small rows
+    only) and where they are."""
     from pyspark.sql import functions as F
 
     summaries = summaries_of(spark, store, manifest)
-    paths: dict[str, str] = {}
     if not summaries:
-        page.tables = paths
-        return
+        return replace(page, tables={})
     rolled = summaries["rollup"]
     fine_rows = summaries["fine"].drop("hour_id")
 
-    def hourly() -> None:
+    def hourly() -> _Part:
         with steps.step("table hourly"):
-            paths["hourly"] = _write(T.hourly(rolled.drop("hour_id")), out, "hourly")
+            path = _write(T.hourly(rolled.drop("hour_id")), out, "hourly")
             per_hour = _rows(rolled.where(F.col("level") == T.LEVEL_PRIORITY_HOUR))
-            page.hourly = _hourly_rows(per_hour)
-            page.summary = _priority_rows(per_hour, _quantiles(summaries["hist_totals"], "metric"))
-            page.first_ms = min((r["first_settled_ms"] for r in page.summary), default=None)
-            page.last_ms = max((r["last_settled_ms"] for r in page.summary), default=None)
+            summary = _priority_rows(per_hour, _quantiles(summaries["hist_totals"], "metric"))
+            return _Part({"hourly": path}, {
+                "hourly": _hourly_rows(per_hour),
+                "summary": summary,
+                "first_ms": min((r["first_settled_ms"] for r in summary), default=None),
+                "last_ms": max((r["last_settled_ms"] for r in summary), default=None),
+            })
 
-    def attempts_and_dead_letters() -> None:
+    def attempts_and_dead_letters() -> _Part:
         with steps.step("table attempts"):
-            attempts = T.attempts_distribution(fine_rows, fine_rows)
-            paths["attempts"] = _write(attempts, out, "attempts")
+            attempts = _write(T.attempts_distribution(fine_rows, fine_rows), out, "attempts")
         with steps.step("table dead letters"):
-            dead = T.dead_letters(fine_rows, fine_rows)
-            paths["dead_letters"] = _write(dead, out, "dead_letters")
-            page.reasons = _top_reasons(spark.read.parquet(paths["dead_letters"]))
+            dead = _write(T.dead_letters(fine_rows, fine_rows), out, "dead_letters")
+            reasons = _top_reasons(spark.read.parquet(dead))
+        return _Part({"attempts": attempts, "dead_letters": dead}, {"reasons": reasons})
 
-    def lifecycle() -> None:
+    def lifecycle() -> _Part:
         with steps.step("table lifecycle"):
-            paths["lifecycle"] = _publish_lifecycle(
+            path = _publish_lifecycle(
                 spark, store, manifest, out, lifecycle_hours, rebuild_lifecycle
             )
-            page.attempts = _rows(
+            attempts = _rows(
                 summaries["life_counts"]
                 .groupBy("priority", "final_outcome", "attempts")
                 .agg(F.sum("messages").alias("messages"))
                 .orderBy("priority", "final_outcome", "attempts")
             )
-            page.in_system = _in_system_rows(summaries["life_hist_totals"])
+            in_system = _in_system_rows(summaries["life_hist_totals"])
+        return _Part({"lifecycle": path}, {"attempts": attempts, "in_system": in_system})
 
-    def starvation_and_capacity() -> None:
+    def starvation_and_capacity() -> _Part:
         with steps.step("table starvation"):
             table = from_minutes(spark, list(manifest.priorities), summaries["star_hours"])
-            paths["starvation"] = _write(table, out, "starvation")
-            page.starvation = collect_rows(spark.read.parquet(paths["starvation"]))
+            starvation = _write(table, out, "starvation")
+            starved = collect_rows(spark.read.parquet(starvation))
         with steps.step("table capacity"):
             peaks = peaks_from_minutes(summaries["cap_hours"])
-            page.capacity = capacity_from_fine(fine_rows, page.target_wait_s, peaks)
-            page.observed_peak = observed_peak(peaks)
-            rows = [asdict(c) for c in page.capacity]
-            capacity = small_frame(spark, rows, CAPACITY_SCHEMA)
-            paths["capacity"] = _write(capacity, out, "capacity")
+            rows = capacity_from_fine(fine_rows, page.target_wait_s, peaks)
+            frame = small_frame(spark, [asdict(c) for c in rows], CAPACITY_SCHEMA)
+            capacity = _write(frame, out, "capacity")
+        return _Part({"starvation": starvation, "capacity": capacity}, {
+            "starvation": starved, "capacity": rows, "observed_peak": observed_peak(peaks),
+        })
 
     # independent small jobs, each mostly the driver's planning: side by side they fill each
-    # other's gaps (1 M history, 100 k new, paired runs: 1.8, 1.9 and 0.6 s less). Only the
-    # lifecycle's read sets a session option (its listing on the driver: speed, not results)
-    side_by_side(spark, hourly, attempts_and_dead_letters, lifecycle, starvation_and_capacity)
-    page.tables = paths
+    # other's gaps (docs/performance.md, the report). Only the lifecycle's read sets a
+    # session option (its listing on the driver: speed, not results)
+    parts = side_by_side(spark, hourly, attempts_and_dead_letters, lifecycle,
+                         starvation_and_capacity)  # fmt: skip
+    return _assembled(page, parts)
+
+
+def _assembled(page: PageData, parts: list[_Part]) -> PageData:
+    """``page`` with every step's fields and tables: the one place the steps' output meets."""
+    tables: dict[str, str] = {}
+    fields: dict[str, Any] = {}
+    for part in parts:
+        tables.update(part.tables)
+        fields.update(part.page)
+    return replace(page, tables=tables, **fields)
 
 
 def _publish_lifecycle(

@@ -1,53 +1,42 @@
 """``priority-pubsub report``: journal files in, Parquet tables and report.html out.
 
-``run_report`` is the whole job; ``main(argv)`` is its typer-free command line, also usable
-with ``spark-submit -m``-style launchers. A run reads only the journal files no earlier run
-read (``files``), brings the state up to date (``increment``), commits it with a manifest
-written last (``state``) and rewrites the output from the state's summaries (``publish``):
-its cost follows the new records, not the history. ``--full`` rebuilds the state from every
+``run_report`` is the whole job; its command line is the CLI's ``report``
+(``commands.report``). A run reads only the journal files no earlier run read (``files``),
+brings the state up to date (``increment``), commits it with a manifest written last
+(``state``) and rewrites the output from the state's summaries (``publish``): its cost
+follows the new records, not the history. ``--full`` rebuilds the state from every
 file. Only small aggregates reach the driver.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import glob
-import importlib.util
-import json
-import os
 import shutil
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from priority_pubsub.analytics.capacity import CapacityRow
-from priority_pubsub.analytics.files import FileChoice, choose, local_new_bytes
 from priority_pubsub.analytics.increment import Increment, line_counts, run_increment
-from priority_pubsub.analytics.jvm import (
+from priority_pubsub.analytics.journal.files import FileChoice, choose, local_new_bytes
+from priority_pubsub.analytics.journal.load import LineCounts
+from priority_pubsub.analytics.journal.objects import fetch, is_object_url, list_objects
+from priority_pubsub.analytics.journal.schema import REPORT_FIELDS, SCHEMA_VERSION
+from priority_pubsub.analytics.journal.window import SettleWindow, TimeBound
+from priority_pubsub.analytics.model.capacity import CapacityRow
+from priority_pubsub.analytics.model.starvation import StarvationRow
+from priority_pubsub.analytics.publish import publish
+from priority_pubsub.analytics.render.page import PageData, render
+from priority_pubsub.analytics.render.progress import Progress, quiet_spark_options
+from priority_pubsub.analytics.spark.jvm import (
     ClassArchive,
-    class_archive,
     java_options,
     jvm_stdout_to_stderr,
     quick_jit,
 )
-from priority_pubsub.analytics.load import LineCounts
-from priority_pubsub.analytics.objects import fetch, is_object_url, list_objects
-from priority_pubsub.analytics.page import PageData, render
-from priority_pubsub.analytics.progress import (
-    Progress,
-    TerminalProgress,
-    human_summary,
-    quiet_spark_options,
-)
-from priority_pubsub.analytics.publish import publish
-from priority_pubsub.analytics.schema import REPORT_FIELDS, SCHEMA_VERSION
-from priority_pubsub.analytics.starvation import StarvationRow
-from priority_pubsub.analytics.state import (
+from priority_pubsub.analytics.spark.tuning import OWN_SESSION, Steps, tune_partitions
+from priority_pubsub.analytics.state.store import (
     STATE_FORMAT,
     Manifest,
     StateError,
@@ -58,16 +47,11 @@ from priority_pubsub.analytics.state import (
     read_local_manifest,
     remote_lock,
 )
-from priority_pubsub.analytics.tuning import OWN_SESSION, Steps, side_by_side, tune_partitions
-
-_side_by_side = side_by_side  # its name before it moved to tuning
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_TARGET_WAIT_S = 60.0
-SPARK_EXTRA = "priority-pubsub[spark]"
-TimeBound = datetime | str | int | None
 WAIT_FIGURES = ("wait_p50_s", "wait_p95_s", "wait_p99_s", "wait_max_s")
 
 
@@ -114,17 +98,6 @@ class ReportSummary:
         return data
 
 
-def to_epoch_ms(bound: TimeBound) -> int | None:
-    """ISO 8601 text (naive = UTC, 'Z' allowed), an aware/naive datetime, or epoch ms."""
-    if bound is None or isinstance(bound, int):
-        return bound
-    if isinstance(bound, str):
-        bound = datetime.fromisoformat(bound.strip().replace("Z", "+00:00"))
-    if bound.tzinfo is None:
-        bound = bound.replace(tzinfo=UTC)
-    return int(bound.timestamp() * 1000)
-
-
 def run_report(
     journal_glob: str,
     out_dir: str,
@@ -144,7 +117,7 @@ def run_report(
     local directory; ``state_dir`` (default ``<out>/.state``) any Hadoop path. Raises
     ``StateError`` when another run holds the state or it cannot be used as it is."""
     started = time.monotonic()
-    since_ms, until_ms = to_epoch_ms(since), to_epoch_ms(until)  # bad text fails before Spark
+    window = SettleWindow.between(since, until)  # bad text fails before Spark
     out = Path(out_dir).absolute()
     state = state_dir or str(out / ".state")
     progress = progress or Progress()
@@ -161,7 +134,7 @@ def run_report(
         try:
             store = Store(session, state)
             with contextlib.nullcontext() if is_local(state) else remote_lock(store):
-                run = _Run(session, store, out, progress, (since_ms, until_ms, since, until))
+                run = _Run(session, store, out, progress, window)
                 summary = run.report(journal_glob, target_wait_s, full)
                 summary.jvm = jvm
         finally:
@@ -238,7 +211,7 @@ class _Run:
     store: Store
     out: Path
     progress: Progress
-    bounds: tuple[int | None, int | None, TimeBound, TimeBound]
+    window: SettleWindow
 
     def report(self, journal_glob: str, target_wait_s: float, full: bool) -> ReportSummary:
         spark, store = self.spark, self.store
@@ -262,7 +235,6 @@ class _Run:
             previous = Manifest.from_json(manifest.to_json())
             previous.unpublished = pending
             run = new_run_id(manifest.seq + 1)
-            since_ms, until_ms = self.bounds[0], self.bounds[1]
             fetched = self.out / ".fetched"  # objects copied here for Spark, then deleted
             try:
                 new = choice.new
@@ -270,18 +242,20 @@ class _Run:
                     with steps.step("fetch new objects"):
                         new = fetch(choice.new, fetched / run)
                 manifest, increment = run_increment(
-                    spark, store, previous, new, run, (since_ms, until_ms), steps
+                    spark, store, previous, new, run, self.window, steps
                 )
             finally:
                 shutil.rmtree(fetched, ignore_errors=True)
             manifest.format, manifest.journal_schema = STATE_FORMAT, SCHEMA_VERSION
             manifest.record_columns = list(REPORT_FIELDS)
-            manifest.bounds = [since_ms, until_ms]
+            manifest.bounds = self.window.stored
             with steps.step("commit"):
                 store.commit(manifest)
             pending = manifest.unpublished
         page = self._page(journal_glob, target_wait_s, manifest)
-        publish(spark, store, manifest, self.out, page, steps, pending, full or manifest.seq == 1)
+        page = publish(
+            spark, store, manifest, self.out, page, steps, pending, full or manifest.seq == 1
+        )
         store.write_text("published", str(manifest.seq))
         with steps.step("clean up state"):
             store.collect_garbage(manifest, started_from)
@@ -333,7 +307,7 @@ class _Run:
                 f"the state in {store.root} keeps other record fields "
                 f"({manifest.record_columns}): rerun with --full to rebuild it"
             )
-        if manifest.bounds != [self.bounds[0], self.bounds[1]]:
+        if manifest.bounds != self.window.stored:
             raise StateError(
                 f"the state in {store.root} was built with other --since/--until bounds: "
                 "rerun with --full, or give another --state"
@@ -341,7 +315,7 @@ class _Run:
         return manifest
 
     def _page(self, journal_glob: str, target_wait_s: float, manifest: Manifest) -> PageData:
-        since, until = self.bounds[2], self.bounds[3]
+        since, until = self.window.since, self.window.until
         return PageData(
             source=journal_glob,
             generated_ms=int(time.time() * 1000),
@@ -392,118 +366,3 @@ def _iso_hour(hour_id: int) -> str:
 def _partitions(spark: SparkSession) -> int | None:
     value = spark.conf.get("spark.sql.shuffle.partitions", None)
     return int(value) if value else None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="priority-pubsub report",
-        description="Delivery report over journal files: Parquet tables and report.html.",
-    )
-    parser.add_argument(
-        "journal_glob",
-        help="journal files: path, glob, an object-store prefix (s3://, gs://, az://: read "
-        "without Hadoop's connectors) or a Hadoop URI (s3a://...; .gz ok)",
-    )
-    parser.add_argument("--out", required=True, help="output directory (local)")
-    parser.add_argument("--master", default="local[*]", help="Spark master URL")
-    parser.add_argument("--since", help="first settle time, ISO 8601 (UTC if no zone)")
-    parser.add_argument("--until", help="settle time bound (exclusive), ISO 8601")
-    parser.add_argument(
-        "--state", help="state directory, any Hadoop path (default: <out>/.state)"
-    )
-    parser.add_argument(
-        "--full", action="store_true", help="rebuild the state from every journal file"
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print the JSON summary (also whenever stdout is not a terminal)",
-    )
-    parser.add_argument(
-        "--target-wait-s",
-        type=float,
-        default=DEFAULT_TARGET_WAIT_S,
-        help="p95 wait the capacity figures aim for, seconds",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: 0 ok, 1 failed (or another run holds the state), 2 bad usage.
-
-    On a terminal: each step with its time on stderr, then a short summary; with ``--json``
-    or when stdout is not a terminal: the summary as one JSON document (as scripts read it)."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    try:
-        for bound in (args.since, args.until):  # bad usage is exit 2, whatever the files
-            to_epoch_ms(bound)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if (nothing := _matches_nothing(args.journal_glob)) is not None:
-        print(f"error: {nothing}", file=sys.stderr)
-        return 1
-    if importlib.util.find_spec("pyspark") is None:
-        print(f"error: the report needs pyspark: pip install '{SPARK_EXTRA}'", file=sys.stderr)
-        return 1
-    as_json = args.json or not sys.stdout.isatty()
-    progress = Progress() if as_json or not sys.stderr.isatty() else TerminalProgress()
-    archive = class_archive() if _starts_own_session() else None
-    try:
-        summary = run_report(
-            args.journal_glob,
-            args.out,
-            master=args.master,
-            since=args.since,
-            until=args.until,
-            target_wait_s=args.target_wait_s,
-            state_dir=args.state,
-            full=args.full,
-            progress=progress,
-            class_archive=archive,
-        )
-    except StateError as exc:  # another run holds the state, or it must be rebuilt
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:  # a bad --since/--until
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # Spark's errors (e.g. no such path) arrive as many classes
-        print(f"error: report failed: {_first_line(exc)}", file=sys.stderr)
-        return 1
-    data = summary.to_dict()
-    print(json.dumps(data, default=str) if as_json else human_summary(data), flush=True)
-    if archive is not None and archive.used is None and archive.writable:
-        with progress.step("save Spark's classes for the next run"):
-            archive.finish()
-    return 0
-
-
-def _starts_own_session() -> bool:
-    """Whether this process will start Spark's JVM itself (not under ``spark-submit``,
-    whose JVM is already running with its own options)."""
-    from pyspark import SparkContext
-
-    return SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ
-
-
-def _matches_nothing(journal_glob: str) -> str | None:
-    """A local path or glob that matches no file, said plainly before Spark starts (Spark's
-    own message is a stack of Java frames). URIs and Hadoop's ``{a,b}`` are left to Spark."""
-    if "://" in journal_glob or "{" in journal_glob:
-        return None
-    if glob.glob(os.path.expanduser(journal_glob)):
-        return None
-    return f"no journal files match {journal_glob!r} (relative to {os.getcwd()})"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

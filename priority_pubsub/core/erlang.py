@@ -1,9 +1,9 @@
 """Erlang C (M/M/c): the workers a queue needs for a target wait, in plain Python.
 
 One implementation for both places that size workers: the report, offline from the journal
-(``analytics.capacity``), and the sidecar's live ``priority_pubsub_workers_needed`` gauge
+(``analytics.model.capacity``), and the sidecar's live ``priority_pubsub_workers_needed`` gauge
 (``telemetry.live_capacity``), so the two figures differ only by the data they see. The
-model and its caveats are in ``analytics.capacity``'s docstring.
+model and its caveats are in ``analytics.model.capacity``'s docstring.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from priority_pubsub.settings.upload import UploadConfig
 ENV_PREFIX = "PRIORITY_PUBSUB"
 CONFIG_ENV = f"{ENV_PREFIX}_CONFIG"
 REPORT_CLASS_ARCHIVE_ENV = f"{ENV_PREFIX}_REPORT_CLASS_ARCHIVE"
-"""Not a key: the report's class archive (``analytics.jvm``); the sidecar leaves it alone."""
+"""Not a key: the report's class archive (``analytics.spark.jvm``); the sidecar leaves it alone."""
 DEFAULT_CONFIG_PATH = "config.yaml"
 
 

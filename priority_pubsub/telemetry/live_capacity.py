@@ -1,7 +1,7 @@
 """The live capacity signal: how many workers each queue needs now, for autoscaling.
 
 Per queue with ``wait_slo_s``, ``priority_pubsub_workers_needed{queue}`` is the report's
-Erlang-C sizing (``erlang``; model in ``analytics.capacity``) on what this replica saw over a
+Erlang-C sizing (``erlang``; model in ``analytics.model.capacity``) on what this replica saw over a
 sliding window (``server.capacity_window_s``, 10 min by default): the arrival rate is its
 deliveries (retries included, releases not: no worker held them) plus the change in the
 queue's depth where the broker tells it, the service time is ``settled - forwarded``. Under

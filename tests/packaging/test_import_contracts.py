@@ -5,6 +5,7 @@ imports inside functions and under ``TYPE_CHECKING`` counted."""
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def copy_tree(destination: Path) -> Path:
 def test_the_layers_contract_is_kept() -> None:
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "3 kept, 0 broken" in result.stdout
+    assert re.search(r"Contracts: \d+ kept, 0 broken", result.stdout), result.stdout[-3000:]
 
 
 def test_an_upward_import_inside_a_function_breaks_the_contract(tmp_path: Path) -> None:

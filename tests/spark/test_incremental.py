@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from priority_pubsub.analytics.increment import HOURLY, SUMMARIES
-from priority_pubsub.analytics.report import ReportSummary, main, run_report
-from priority_pubsub.analytics.state import Manifest, StateError, local_lock
+from priority_pubsub.analytics.report import ReportSummary, run_report
+from priority_pubsub.analytics.state.store import Manifest, StateError, local_lock
+from priority_pubsub.analytics.state.stored import HOURLY, SUMMARIES
+from priority_pubsub.cli import report_command_line
 from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals
 
@@ -263,7 +264,7 @@ def test_a_second_run_while_one_holds_the_state_is_refused_at_once(
     journals.write(tmp_path / "in" / "journal-a-000001.jsonl", [])
     with local_lock(str(tmp_path / "out" / ".state")):
         started = time.monotonic()
-        code = main([str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--json"])
+        code = report_command_line([str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--json"])
     assert code == 1
     assert time.monotonic() - started < 2  # before Spark starts
     assert "another report run is using the state directory" in capsys.readouterr().err
@@ -271,7 +272,7 @@ def test_a_second_run_while_one_holds_the_state_is_refused_at_once(
 
 def _report_process(journal: Path, out: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    command = [sys.executable, "-m", "priority_pubsub.analytics.report", str(journal),
+    command = [sys.executable, "-m", "priority_pubsub", "report", str(journal),
                "--out", str(out), "--master", "local[2]", "--json"]  # fmt: skip
     return subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
@@ -313,7 +314,7 @@ def test_a_run_killed_mid_way_and_rerun_equals_a_clean_run(
         _wait_for(lambda: (state / "lock").exists() and holder in (state / "lock").read_text(),
                   process)  # fmt: skip
         # meanwhile a second run is refused at once
-        assert main([str(incoming), "--out", str(out), "--json"]) == 1
+        assert report_command_line([str(incoming), "--out", str(out), "--json"]) == 1
         _wait_for(reached, process)
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the driver: python and its JVM

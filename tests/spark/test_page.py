@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from priority_pubsub.analytics.load import LineCounts
-from priority_pubsub.analytics.page import PageData, render
+from priority_pubsub.analytics.journal.load import LineCounts
+from priority_pubsub.analytics.render.page import PageData, render
 
 HOSTILE = "<script>alert('x')</script>&"
 

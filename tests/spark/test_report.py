@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from priority_pubsub.analytics.load import load
-from priority_pubsub.analytics.report import ReportSummary, main, run_report, to_epoch_ms
+from priority_pubsub.analytics.journal.load import load
+from priority_pubsub.analytics.journal.window import to_epoch_ms
+from priority_pubsub.analytics.report import ReportSummary, run_report
+from priority_pubsub.cli import report_command_line
 from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals
 
@@ -165,8 +167,8 @@ def test_since_until_select_by_settle_time(spark: SparkSession, tmp_path: Path) 
 
 
 def test_cli_rejects_bad_time_before_starting_spark(tmp_path: Path) -> None:
-    assert main(["journal-*", "--out", str(tmp_path), "--since", "yesterday"]) == 2
-    assert main(["journal-*"]) == 2  # --out is required
+    assert report_command_line(["journal-*", "--out", str(tmp_path), "--since", "yesterday"]) == 2
+    assert report_command_line(["journal-*"]) == 2  # --out is required
 
 
 def test_a_journal_of_only_bad_lines_still_gives_a_page(
@@ -184,7 +186,7 @@ def test_a_journal_of_only_bad_lines_still_gives_a_page(
 
 
 def test_steps_side_by_side_each_run_with_its_own_job_description(spark: SparkSession) -> None:
-    from priority_pubsub.analytics.report import _side_by_side
+    from priority_pubsub.analytics.spark.tuning import side_by_side
 
     seen: dict[str, str | None] = {}
 
@@ -194,14 +196,14 @@ def test_steps_side_by_side_each_run_with_its_own_job_description(spark: SparkSe
         spark.range(100).count()
         seen[name] = context.getLocalProperty("spark.job.description")
 
-    _side_by_side(spark, lambda: step("a"), lambda: step("b"))
+    side_by_side(spark, lambda: step("a"), lambda: step("b"))
     assert seen == {"a": "report: a", "b": "report: b"}
 
 
 def test_a_failed_step_side_by_side_fails_the_report_after_the_other_finished(
     spark: SparkSession,
 ) -> None:
-    from priority_pubsub.analytics.report import _side_by_side
+    from priority_pubsub.analytics.spark.tuning import side_by_side
 
     counted: list[int] = []
 
@@ -209,7 +211,7 @@ def test_a_failed_step_side_by_side_fails_the_report_after_the_other_finished(
         raise RuntimeError("starvation failed")
 
     with pytest.raises(RuntimeError, match="starvation failed"):
-        _side_by_side(spark, fails, lambda: counted.append(spark.range(10).count()))
+        side_by_side(spark, fails, lambda: counted.append(spark.range(10).count()))
     assert counted == [10]
 
 

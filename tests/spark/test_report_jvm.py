@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from priority_pubsub.analytics import jvm
+from priority_pubsub.analytics.spark import jvm
 from tests.spark import journals
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def _report(journal_dir: Path, out: Path, archives: Path) -> dict[str, Any]:
     """One run in a process of its own (its own JVM); the JSON summary, all of stdout."""
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", jvm.ARCHIVE_ENV: str(archives)}
     env.pop("PYSPARK_GATEWAY_PORT", None)
-    command = [sys.executable, "-m", "priority_pubsub.analytics.report", str(journal_dir),
+    command = [sys.executable, "-m", "priority_pubsub", "report", str(journal_dir),
                "--out", str(out), "--master", "local[2]", "--json"]  # fmt: skip
     done = subprocess.run(command, cwd=out.parent, env=env, capture_output=True, text=True,
                           timeout=300, check=False)  # fmt: skip

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from priority_pubsub.analytics import tables as T
-from priority_pubsub.analytics.load import load
+from priority_pubsub.analytics.journal.load import load
+from priority_pubsub.analytics.model import tables as T
 from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals
 

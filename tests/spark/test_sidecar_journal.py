@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from priority_pubsub.analytics.report import main
+from priority_pubsub.cli import report_command_line
 from tests.e2e.helpers import journal_records, publish, wait_until
 from tests.support.app import Received, RecordingApp, Reply
 from tests.support.sidecar import SidecarProcess, local_config, write_config
@@ -77,7 +77,7 @@ def test_real_sidecar_journal_reported_end_to_end(
     spark: SparkSession, sidecar_journal: Path, tmp_path: Path, capsys: Any
 ) -> None:
     out = tmp_path / "report"
-    code = main([str(sidecar_journal / "journal-*.jsonl"), "--out", str(out)])
+    code = report_command_line([str(sidecar_journal / "journal-*.jsonl"), "--out", str(out)])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["lines"]["valid"] == DELIVERIES

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from priority_pubsub.analytics import capacity as cap
-from priority_pubsub.analytics.starvation import StarvationRow, collect_rows, starvation
-from priority_pubsub.analytics.tables import fine_groups, with_derived
+from priority_pubsub.analytics.model import capacity as cap
+from priority_pubsub.analytics.model.starvation import StarvationRow, collect_rows, starvation
+from priority_pubsub.analytics.model.tables import fine_groups, with_derived
 from priority_pubsub.telemetry.journal import JournalRecord
 from tests.spark import expect, journals
 
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 def frame(spark: SparkSession, tmp_path: Path, records: list[JournalRecord]) -> DataFrame:
     """The records as the report sees them: a real file read with the journal schema."""
-    from priority_pubsub.analytics.load import load
+    from priority_pubsub.analytics.journal.load import load
 
     path = journals.write(tmp_path / "journal-1.jsonl", records)
     loaded = load(spark, str(path), None, None)
@@ -180,7 +180,7 @@ def test_in_flight_folded_by_hour_carries_the_level_across_minutes_and_hours(
     sweeps from an hour on beside the earlier hours' folds: the peaks of one plain sweep,
     where the peak needs the level carried in from earlier minutes and hours (attempts of
     up to 8 minutes, starting over 10; "hours" of two and three minutes here)."""
-    from priority_pubsub.analytics import starvation as module
+    from priority_pubsub.analytics.model import starvation as module
 
     rng = random.Random(3)
     records, intervals = [], []
@@ -234,7 +234,7 @@ def test_starvation_per_minute_equals_one_sweep(
 ) -> None:
     """The two-level computation (per minute, then within it) gives the windows a single
     sweep over each priority's events gives: the same journal, minutes of 1 s vs one bucket."""
-    from priority_pubsub.analytics import starvation as module
+    from priority_pubsub.analytics.model import starvation as module
 
     rng = random.Random(7)
     records = []
@@ -259,7 +259,7 @@ def test_starvation_folded_by_hour_equals_the_minutes_it_folds(
     computes its minutes from an hour on beside the earlier hours' folds: the same windows
     as the minutes themselves and as one sweep, with windows crossing minute and hour
     boundaries (minutes of 1 s, hours of 5 s here)."""
-    from priority_pubsub.analytics import starvation as module
+    from priority_pubsub.analytics.model import starvation as module
 
     rng = random.Random(11)
     records = []

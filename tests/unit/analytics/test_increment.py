@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import random
 
-from priority_pubsub.analytics import histogram
-from priority_pubsub.analytics.state import Manifest
+from priority_pubsub.analytics.model import histogram
+from priority_pubsub.analytics.state.store import Manifest
 
 
 def _bucket(value: float) -> int:
@@ -52,7 +52,7 @@ def test_a_manifest_round_trips_and_ignores_unknown_keys() -> None:
 
 
 def test_the_human_summary_says_what_was_read_the_worst_waits_and_where_the_page_is() -> None:
-    from priority_pubsub.analytics.progress import human_summary
+    from priority_pubsub.analytics.render.progress import human_summary
 
     text = human_summary({
         "lines": {"valid": 1200, "bad": 3}, "messages": 1000, "records_read": 450,

@@ -23,6 +23,7 @@ def test_wheel_installs_only_the_priority_pubsub_package(tmp_path: Path) -> None
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"priority_pubsub"}
     assert "priority_pubsub/drivers/local/driver.py" in names
     assert "priority_pubsub/transforms/sns_envelope.py" in names
+    assert "priority_pubsub/analytics/render/templates/report.html.j2" in names
     assert not any(name.startswith(("drivers/", "transforms/")) for name in names)
 
 

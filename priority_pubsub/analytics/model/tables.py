@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from priority_pubsub.analytics.capacity import fine_columns
-from priority_pubsub.analytics.schema import FINAL_OUTCOMES, OUTCOMES
+from priority_pubsub.analytics.journal.schema import FINAL_OUTCOMES, OUTCOMES
+from priority_pubsub.analytics.model.capacity import fine_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

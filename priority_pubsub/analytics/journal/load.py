@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from priority_pubsub.analytics.schema import (
+from priority_pubsub.analytics.journal.schema import (
     CORRUPT_COLUMN,
     READABLE_VERSIONS,
     RECORD_OUTCOMES,

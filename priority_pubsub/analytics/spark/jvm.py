@@ -8,13 +8,14 @@ history (``bench.report_incremental``'s journals, 100 k new, ``local[2]``):
 - **Class archive** (AppCDS: the JVM's class data sharing, ``-XX:SharedArchiveFile``). Spark
   loads ~28,000 classes, each read out of a jar, parsed and verified; an archive of them,
   written by one run as its JVM exits (``-XX:ArchiveClassesAtExit``), is mapped by the next
-  ones instead. A bare session started in 2.5 s with it, 4.6-5.3 s without; the first run
-  pays ~8 s to write it (after its report is out). The archive is 110-200 MB, kept in
-  ``$XDG_CACHE_HOME/priority-pubsub`` (``~/.cache``), one per Java, Spark and jar set;
-  ``PRIORITY_PUBSUB_REPORT_CLASS_ARCHIVE=off`` turns it off, a directory puts it there.
+  ones instead: a bare session starts in about half the time, and the first run pays a few
+  seconds to write it, after its report is out (docs/performance.md). The archive is
+  110-200 MB, kept in ``$XDG_CACHE_HOME/priority-pubsub`` (``~/.cache``), one per Java,
+  Spark and jar set; ``PRIORITY_PUBSUB_REPORT_CLASS_ARCHIVE=off`` turns it off, a directory
+  puts it there.
 - **Quick JIT** (``-XX:TieredStopAtLevel=1``: the client compiler only). The optimizing
-  compiler pays for itself on long runs only: with it off, the incremental run took 29.7-31.4 s
-  against 31.2-35.9 s, while a full rebuild of 1.1 M records took 99 s against 81 s. So it is
+  compiler pays for itself on long runs only: with it off an incremental run is faster and a
+  full rebuild slower (docs/performance.md). So it is
   used when the new input is at most ``QUICK_JIT_MAX_BYTES`` (one rotated journal file) and
   the input can be sized before the JVM starts (local journals and state).
 

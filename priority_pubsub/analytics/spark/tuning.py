@@ -21,11 +21,12 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+R = TypeVar("R")
 SHUFFLE_BYTES_PER_PARTITION = 128 * 1024 * 1024
 MAX_SHUFFLE_PARTITIONS = 2000
 ADAPTIVE = {
@@ -38,16 +39,16 @@ OWN_SESSION = {"spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}
 """For the session the report starts itself (``priority-pubsub report``), applied before its JVM
 starts. The report is a batch job that runs for seconds: the parallel collector stops the
 world briefly and leaves both cores to the tasks between collections, where the default G1
-runs concurrent marking threads beside them. Measured with ``bench.bench_report`` on 1 M
-records, a fresh JVM each run: 20.8-23.3 s with it, 24.6-26.0 s without (3 runs each). A
-session given by the caller (or started by ``spark-submit``) keeps its own JVM options."""
+runs concurrent marking threads beside them: a few seconds less on 1 M records
+(``bench.bench_report``, docs/performance.md). A session given by the caller (or started
+by ``spark-submit``) keeps its own JVM options."""
 ONE_RECORD_PER_GROUP = {"spark.sql.execution.bypassPartialAggregation": "true"}
 """For an aggregation whose groups hold about one record each (the lifecycle: one group per
 message, most messages delivered once). A pre-shuffle partial aggregation reduces nothing
 there and still fills a hash map of every record in each task; bypassing it (Spark >= 4.3;
-older versions ignore the key) aggregates once, after the shuffle. Measured with
-``bench.bench_report``'s event log on 1 M records: the lifecycle step's task time fell from
-7.7 to 4.5 s on a cold JVM (4.5 to 3.4-4.3 s warm), the table unchanged."""
+older versions ignore the key) aggregates once, after the shuffle: the lifecycle step's
+task time fell by a third, the table unchanged (``bench.bench_report``'s event log,
+docs/performance.md)."""
 
 
 def input_bytes(spark: SparkSession, journal_glob: str) -> int | None:
@@ -154,14 +155,15 @@ class Steps:
                 self.listener(name, took)
 
 
-def side_by_side(spark: SparkSession, *steps: Callable[[], None]) -> None:
-    """Run independent steps at once, one driver thread each; raise the first failure.
+def side_by_side(spark: SparkSession, *steps: Callable[[], R]) -> list[R]:
+    """Run independent steps at once, one driver thread each; what each returned, in the
+    order given, or the first failure once every step has ended. Steps return what they
+    made rather than write it into something shared: one place assembles it.
 
     Why. Each large stage already keeps every core busy, but between stages the driver
     works alone: it plans, compiles generated code and runs one-task stages, while the
-    executors wait. Two steps in two threads fill those gaps with each other's tasks (1 M
-    records, 2 cores: starvation and capacity took 6.7 s one after the other on a fresh
-    JVM, 5.7-6.3 s side by side; the report 22.3 -> 19.9-20.9 s). Only for steps that set
+    executors wait. Two steps in two threads fill those gaps with each other's tasks
+    (docs/performance.md, the delivery report). Only for steps that set
     nothing on the session (``session_conf`` is session-wide: a setting made for one step
     would reach the jobs the other plans meanwhile). ``inheritable_thread_target`` gives
     each thread its own JVM thread and job properties (PySpark's pinned thread mode), so
@@ -170,7 +172,7 @@ def side_by_side(spark: SparkSession, *steps: Callable[[], None]) -> None:
 
     import pyspark
 
-    def pinned(step: Callable[[], None]) -> Callable[[], None]:
+    def pinned(step: Callable[[], R]) -> Callable[[], R]:
         # PySpark >= 4 takes the session (its tags are inherited too), 3.5 the function. A
         # wrapper per step: one wrapper shares one copy of the properties between threads,
         # so a job description set in one step would show on the other's jobs.
@@ -180,5 +182,4 @@ def side_by_side(spark: SparkSession, *steps: Callable[[], None]) -> None:
 
     with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="report-step") as pool:
         futures = [pool.submit(pinned(step)) for step in steps]
-        for future in futures:
-            future.result()
+        return [future.result() for future in futures]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from priority_pubsub.analytics import jvm
-from priority_pubsub.analytics.files import local_new_bytes
+from priority_pubsub.analytics.journal.files import local_new_bytes
 from priority_pubsub.analytics.report import _new_input_bytes
-from priority_pubsub.analytics.state import Manifest
+from priority_pubsub.analytics.spark import jvm
+from priority_pubsub.analytics.state.store import Manifest
 
 
 def _runtime(tmp_path: Path) -> dict[str, str]:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from priority_pubsub.analytics.frames import small_frame
+from priority_pubsub.analytics.spark.frames import small_frame
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

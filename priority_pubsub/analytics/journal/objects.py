@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from priority_pubsub.analytics.files import JournalFile, Listing
+from priority_pubsub.analytics.journal.files import JournalFile, Listing
 from priority_pubsub.settings.upload import UPLOAD_SCHEMES, UploadConfig
 from priority_pubsub.shipping.stores import ObjectStore, open_store
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from priority_pubsub.analytics.objects import _split, is_object_url
+from priority_pubsub.analytics.journal.objects import _split, is_object_url
 from priority_pubsub.analytics.report import driver_only
 
 

@@ -15,11 +15,11 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
-from priority_pubsub.analytics.capacity import CapacityRow
-from priority_pubsub.analytics.load import LineCounts
-from priority_pubsub.analytics.schema import OUTCOMES
-from priority_pubsub.analytics.starvation import StarvationRow
-from priority_pubsub.analytics.svg import (
+from priority_pubsub.analytics.journal.load import LineCounts
+from priority_pubsub.analytics.journal.schema import OUTCOMES
+from priority_pubsub.analytics.model.capacity import CapacityRow
+from priority_pubsub.analytics.model.starvation import StarvationRow
+from priority_pubsub.analytics.render.svg import (
     OUTCOME_COLOURS,
     line_chart,
     priority_colour,
@@ -30,7 +30,7 @@ from priority_pubsub.core.human import duration, when
 Row = dict[str, Any]
 Cells = list[tuple[str, ...]]
 TEMPLATES = Environment(
-    loader=PackageLoader("priority_pubsub.analytics", "templates"),
+    loader=PackageLoader("priority_pubsub.analytics.render", "templates"),
     autoescape=True,
     undefined=StrictUndefined,
     trim_blocks=True,

@@ -125,6 +125,6 @@ def human_summary(summary: Mapping[str, Any]) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    from priority_pubsub.analytics.page import duration
+    from priority_pubsub.analytics.render.page import duration
 
     return duration(seconds)

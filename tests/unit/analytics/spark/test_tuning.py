@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from priority_pubsub.analytics.tuning import (
+from priority_pubsub.analytics.spark.tuning import (
     MAX_SHUFFLE_PARTITIONS,
     ONE_RECORD_PER_GROUP,
     OWN_SESSION,

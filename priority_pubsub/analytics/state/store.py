@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from priority_pubsub.analytics.schema import SCHEMA_VERSION
+from priority_pubsub.analytics.journal.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -87,7 +87,7 @@ class Manifest:
     """Summary table -> its Spark schema (JSON), as ``summaries`` wrote it: read back
     without a job to infer it (a state written before this field infers them)."""
     summary_hours: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Per-hour summary (``increment.HOURLY``) -> hour -> the run whose ``hours/<name>``
+    """Per-hour summary (``stored.HOURLY``) -> hour -> the run whose ``hours/<name>``
     holds that hour's rows."""
 
     @property
