@@ -1,7 +1,7 @@
 """What the journal costs: the shipped sidecar with the journal off, ``fsync: none`` and
 ``fsync: every_line``, side by side (not a test).
 
-Since issue #14 every journal line is one unbuffered append when its attempt is settled (a
+Every journal line is one unbuffered append when its attempt is settled (a
 kill -9 loses no settled line); ``every_line`` also ``fdatasync``s it (survives power loss).
 Two measures, each the median of the rounds, modes interleaved (their order rotates each
 round) so they share the machine's noise:

@@ -1,4 +1,4 @@
-"""Long tasks (issue 25): high-priority wait behind a saturated low backlog of long tasks, with
+"""Long tasks: high-priority wait behind a saturated low backlog of long tasks, with
 and without ``reserve``; low throughput with no high traffic; the live ``workers_needed``
 gauge beside the report's figure on the same run.
 
@@ -18,7 +18,7 @@ process that holds each request for the seconds its body names and stamps its ar
   beside ``priority-pubsub report``'s workers needed on the journal of the same run, for the
   same target wait (tolerance: within 20 %).
 
-* ``--slots`` (issue 44, instead of the above): a mix of heavy and light tasks under a trickle
+* ``--slots`` (instead of the above): a mix of heavy and light tasks under a trickle
   of high ones, concurrency 4 (slots): ``high`` (``reserve: 1``, 0.2 s tasks published one at
   a time), ``heavy`` (tasks of ``--heavy-task-s`` that take 2 of the app's slots,
   ``max_wait_s: --heavy-max-wait-s``) and ``light`` (``--light-task-s``, one slot), both

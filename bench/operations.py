@@ -1,4 +1,4 @@
-"""What operating a fleet with long tasks costs (issue 40): duplicated deliveries and
+"""What operating a fleet with long tasks costs: duplicated deliveries and
 work-seconds thrown away per operation, today's behaviour beside the new one.
 
 Tasks of ``--task-s`` (20-60 s, seeded) stand in for hour-long ones. Every replica is
@@ -10,8 +10,9 @@ moment its request was given up: the sidecar closed it). Each run starts its rep
 their low workers with tasks (3 each, no backlog: a returned task is redone at once), waits a
 seeded ``--op-after-s`` into the tasks, and operates:
 
-* ``reload``: ``reserve`` of ``high`` 1 -> 2. *Today* (``--baseline``, main before issue 40's
-  work, b4ff584, in a git worktree run with its own ``PYTHONPATH``) a config change is a
+* ``reload``: ``reserve`` of ``high`` 1 -> 2. *Today* (``--baseline``, main before live reload,
+  finish mode and the deletion cost, b4ff584, in a git worktree run with its own
+  ``PYTHONPATH``) a config change is a
   restart of the pod (the chart's checksum annotation rolled it): SIGTERM, the kubelet's grace
   period, then a new process with the new file; *new*: the file rewritten in place
   (write-and-rename), applied by the running sidecar's watch. Applied after: from the write to
@@ -71,7 +72,7 @@ if TYPE_CHECKING:
     from tests.support.kube_api import KubeApiStandIn
 
 BASELINE = "b4ff584"
-"""The last commit before issue 40's work: no live reload, no ``finish`` mode, no deletion
+"""The last commit with no live reload, no ``finish`` mode, no deletion
 cost, no per-queue timeout."""
 OPERATIONS = ("reload", "sigterm", "scale_in")
 SIDES = ("baseline", "new")
@@ -199,7 +200,7 @@ class Side:
     def config(self, directory: Path, app: TaskApp, replica: str, *, reserve: int = RESERVE,
                kube: KubeApiStandIn | None = None) -> dict[str, Any]:
         """The chart's defaults (values.yaml at b4ff584) with what the bench pins; the new
-        side adds what issue 40 asks to set for long tasks."""
+        side adds what the fleet docs ask to set for long tasks."""
         queues: list[dict[str, Any]] = [{"name": "high", "reserve": reserve}, {"name": "low"}]
         shutdown: dict[str, Any] = {"grace_s": self.grace_s}
         config: dict[str, Any] = {

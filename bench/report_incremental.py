@@ -17,7 +17,7 @@ JVM, timed end to end, as an operator's hourly run):
   (``bench.harness.duckdb_reference``, as many rounds);
 - ``one_pass_s``: the report as it was before it became incremental (``--one-pass-commit``,
   a git worktree of that commit: one pass over every journal file, no state), run on the
-  same history beside each full rebuild, so the rebuild's target (issue 31: <= 1.1x the
+  same history beside each full rebuild, so the rebuild's target (<= 1.1x the
   one-pass report) is a ratio measured side by side, not a figure from another machine.
 
 Medians of the rounds, each run's step times (``*_steps_s``, from the report's own summary)

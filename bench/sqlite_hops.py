@@ -11,12 +11,12 @@ reports the medians (median over rounds of each run's median):
 * ``run``: the job itself (its SQL, inside a transaction shared with the jobs queued with it);
 * ``back``: from the job's end until its future is done on the event loop.
 
-A short job that ran on the event loop itself (issue 28) has no hop: its ``wait`` is ~0 and
+A short job that ran on the event loop itself has no hop: its ``wait`` is ~0 and
 its ``back`` only the loop's turn to run the done callback; ``on_loop_share`` is the share of
 claim and settle jobs that ran there.
 
 Also: claim jobs per delivered message, and jobs per transaction. Used to explain the
-sidecar's d/c below 1.0 at concurrency 4 (bench/RESULTS.md, issue #20).
+sidecar's d/c below 1.0 at concurrency 4 (bench/RESULTS.md).
 
     python -m bench.sqlite_hops --concurrency 4 --messages 3000 --rounds 3
 """

@@ -1,4 +1,4 @@
-"""What journal.upload costs delivery (issue 43): throughput with it on against off, and the
+"""What journal.upload costs delivery: throughput with it on against off, and the
 memory it adds, side by side in one run.
 
 ``priority-pubsub run`` (the local driver, one queue preloaded with ``--messages``, a no-op

@@ -1,4 +1,4 @@
-"""Which library uploads closed journal files (issue 43): obstore beside each cloud's own SDK.
+"""Which library uploads closed journal files: obstore beside each cloud's own SDK.
 
 For each candidate, on its test server (moto for S3, ``gcp-storage-emulator`` for GCS, Azurite
 for Azure Blob; ``tests.support.object_stores``), a fresh child process first imports the

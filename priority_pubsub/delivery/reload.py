@@ -2,7 +2,7 @@
 change (docs/operations/reload.md).
 
 One path: ``ReloadSource.load`` is the loading the process started with (the composition
-root passes ``dapr.setup.load``'s, so the same guards apply: issue 45), run off the loop;
+root passes ``dapr.setup.load``'s, so the same guards apply), run off the loop;
 ``settings.reload.reload_diff`` sorts the candidate's changes. An invalid file, or any
 restart-only change, refuses the whole reload: the settings in force stay, one warning line
 names the error or the keys, ``priority_pubsub_config_reloads_total{result="refused"}``

@@ -4,7 +4,7 @@ Why it exists. The dispatcher waits on every queue at once and cancels the waits
 the race (``delivery.dispatcher._wait_any``), and the driver protocol says such a cancel must
 lose no message (``base.Driver.receive``). Some brokers' calls cannot be cut short safely: a
 boto3 ReceiveMessage runs on in its worker thread, a Pub/Sub pull the broker is answering
-drops what it carries when cancelled (issue 32: the emulator never redelivers it), the Service
+drops what it carries when cancelled (the emulator never redelivers it), the Service
 Bus SDK is unsafe to cancel mid-frame. So a call is never cancelled here: the receive that
 gives up on it *parks* it, the next receive of its queue *adopts* it, and whatever a call
 brings that no receive takes goes to the driver's ``release`` (or, with ``keep``, to a stash

@@ -73,7 +73,7 @@ class Metrics:
             "priority_pubsub_receive_calls", "Receive calls to the broker, by whether empty.",
             ["queue", "empty"], registry=r,
         )
-        # The app's state (issue 13): read from the app gate at scrape time (set_function).
+        # The app's state: read from the app gate at scrape time (set_function).
         self.app_up = Gauge(
             "priority_pubsub_app_up", "1 while the app is reachable and healthy, else 0.",
             registry=r,
@@ -113,7 +113,7 @@ class Metrics:
             "priority_pubsub_rate_limited_seconds", "Seconds a queue's rate (queues[].rate) "
             "kept it out while the capacity rule let it take.", ["queue"], registry=r,
         )
-        # The operator's runtime holds (the monitor's pause and drain, issue 29).
+        # The operator's runtime holds (the monitor's pause and drain).
         self.queue_paused = Gauge(
             "priority_pubsub_queue_paused",
             "1 while an operator paused taking from this queue on this replica (runtime only).",

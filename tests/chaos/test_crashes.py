@@ -4,8 +4,8 @@ Two sidecars share two queues; one is killed with SIGKILL three times while both
 messages are published to both queues throughout, and restarted each time. With a 2 s lease
 the killed replica's messages are taken over when their lease ends. Every message must be
 delivered and acked, none dead, none lost; a crash costs duplicates (the messages in the
-killed replica's hands), never a message. The suite is parametrised over brokers (issue 30
-extended it to all six): a broker joins by naming its topology fixture in
+killed replica's hands), never a message. The suite is parametrised over all six brokers:
+a broker joins by naming its topology fixture in
 ``tests.support.topologies.fixtures.EVERY_BROKER``.
 """
 

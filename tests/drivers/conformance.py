@@ -55,7 +55,7 @@ class DriverHarness:
 
 @dataclass
 class LateBroker:
-    """A broker that is down when the driver starts and comes up later (issue #14).
+    """A broker that is down when the driver starts and comes up later.
 
     ``make_driver()`` builds (does not start) a driver for ``queue`` on the broker's future
     address; ``bring_up()`` starts the broker there and creates ``queue``; ``publish`` then
@@ -275,7 +275,7 @@ class DriverConformance:
     async def test_waits_cancelled_while_publishing_strand_nothing(
         self, harness: DriverHarness
     ) -> None:
-        """Issue 32, as the dispatcher waits: a waiting receive on each of two queues, the
+        """As the dispatcher waits: a waiting receive on each of two queues, the
         first to answer cancels the other, again and again while messages are being
         published to both. Whatever a broker handed to a cancelled wait must come back
         (returned at once, or kept for the next receive): everything published is received

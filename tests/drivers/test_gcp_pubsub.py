@@ -218,7 +218,7 @@ async def test_idle_wait_is_one_pull_per_wait(topology: Topology) -> None:
 
 
 async def test_cancelled_receives_racing_arrivals_lose_nothing(topology: Topology) -> None:
-    """Cancel waiting receives at the moment messages arrive (issue 32). The pull in flight is
+    """Cancel waiting receives at the moment messages arrive. The pull in flight is
     never cancelled: what it brings goes to the next receive or is nacked at once, so every
     message is receivable promptly, none waits out an ack deadline (or is lost, as on the
     emulator when a pull it was answering was cancelled)."""
@@ -437,7 +437,7 @@ many two land in one millisecond every time (seen in 10 of 10 runs)."""
 def test_the_emulators_retry_policy_ends_redelivery_and_none_keeps_it(
     gcp_pubsub_emulator: Emulator, retry_policy: bool
 ) -> None:
-    """Why ``provision`` makes no retry policy on the emulator (issue 39), as an observation:
+    """Why ``provision`` makes no retry policy on the emulator, as an observation:
     on a subscription with one, messages nacked together at attempt 2 may share a backoff
     slot (with ``SHARING`` of them, some do). A second nack of them (or the emulator's own
     re-check of an expiry, which does the same) schedules each again; the slot's second run

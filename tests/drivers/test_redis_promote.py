@@ -1,4 +1,4 @@
-"""The Redis driver's promote of a waiting entry (issue 44, item 4: ``move_waiting``), one
+"""The Redis driver's promote of a waiting entry (``move_waiting``), one
 script: the copy added to the higher stream with ``promoted_from`` and the entry deleted,
 only while the group has not taken it (then nothing happens: never in both streams), and
 only where the group is the stream's only one (``NotAddressable``)."""

@@ -1,5 +1,5 @@
 """Every driver: messages handed back unseen right before their process is killed are received
-again by a second process within their lease (issue 39).
+again by a second process within their lease.
 
 The first process (``tests.support.release_then_die``) receives a few messages, leaves a
 waiting receive cut short beside them, releases them as the dispatcher releases a surplus and

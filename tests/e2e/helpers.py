@@ -68,7 +68,7 @@ def journal_records(directory: Path, *, releases: bool = False) -> list[dict[str
 
 def assert_attempts_follow_the_stop_rule(history: list[dict[str, Any]], *,
                                         releases_counted: bool) -> None:
-    """One message's journal records in order (issue 42 item 4): a retry counts one attempt,
+    """One message's journal records in order: a retry counts one attempt,
     except one the stop cut short at its last attempt (released: never counted past the
     limit); a release counts none. Where the broker counts releases (SQS, Pub/Sub, Service
     Bus) every return counts, and the broker may count more (its own hand-backs)."""

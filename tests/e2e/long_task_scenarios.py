@@ -1,7 +1,7 @@
-"""The long-task scenarios of issue 25, part of every broker's ``SidecarScenarios``: a
+"""The long-task scenarios, part of every broker's ``SidecarScenarios``: a
 reserved worker serves high messages at once while a low backlog of long tasks runs, a
 per-queue limit holds, the starvation bound serves a low message under continuous high load;
-and issue 44's slot cost: a heavy queue's messages take their slots, light ones the rest.
+and the slot cost: a heavy queue's messages take their slots, light ones the rest.
 
 What the app saw is measured by the app (``RecordingApp``): each request's arrival time and
 its known task length give the intervals in which it held a worker.
@@ -48,7 +48,7 @@ class LongTaskScenarios:
 
     high_within_s: ClassVar[float] = 1.0
     """How soon a high message published while every other worker runs a long task reaches
-    the app (issue 25: within 1 s)."""
+    the app (within 1 s)."""
     rate_window_s: ClassVar[float] = 20.0
     rate_busy_share: ClassVar[float] = 0.75
     """The share of the app's worker-seconds the other queue's tasks fill while the rated
@@ -151,7 +151,7 @@ class LongTaskScenarios:
     def test_a_heavy_queue_takes_two_slots_and_light_tasks_fill_the_rest(
         self, tmp_path: Path, app: RecordingApp, topology: Topology
     ) -> None:
-        """Issue 44: concurrency 4, ``slots: 2`` on the heavy queue (above the light one):
+        """Concurrency 4, ``slots: 2`` on the heavy queue (above the light one):
         never more than 2 heavy messages at the app, light ones in the slots a heavy one
         leaves, and the app's own count of slots in use never above 4."""
         heavy, light = topology.queue("heavy", lease_s=30), topology.queue("light", lease_s=30)
@@ -191,7 +191,7 @@ class LongTaskScenarios:
     def test_a_rated_queue_takes_its_rate_and_the_other_keeps_the_workers_busy(
         self, tmp_path: Path, app: RecordingApp, topology: Topology
     ) -> None:
-        """Issue 44, item 2: ``rate: {per_s: 2, burst: 1}`` on a backlogged queue above
+        """``rate: {per_s: 2, burst: 1}`` on a backlogged queue above
         another: 40 +- 3 of its messages taken in 20 s, the other queue's tasks in the slots
         it leaves (a rated pick skipped goes to them: no worker idles for the rate), and
         nothing received only to be handed back (no release journaled)."""

@@ -1,4 +1,4 @@
-"""Live reload end to end (issue 40, items 1 and 2): the real ``priority-pubsub run`` process
+"""Live reload end to end: the real ``priority-pubsub run`` process
 reloads its config on SIGHUP and when a ConfigMap-style volume swaps it, refuses what only a
 restart can change, removes and adds queues, and pauses a queue on every replica.
 
@@ -32,7 +32,7 @@ from tests.support.waiting import wait_until
 
 RELOADS = "priority_pubsub_config_reloads_total"
 APPLIED_WITHIN_S = 5.0
-"""Issue 40: a change to a watched file is applied within 5 s (SIGHUP: at once)."""
+"""A change to a watched file is applied within 5 s (SIGHUP: at once)."""
 LONG_S = 6.0
 """A long task: it runs through the reload and well past it."""
 

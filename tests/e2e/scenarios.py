@@ -91,7 +91,7 @@ def _outcomes(directory: Path) -> list[str]:
 
 class SidecarScenarios(LongTaskScenarios):
     """Subclass per broker and provide a ``topology`` fixture (see the module docstring).
-    The long-task scenarios (issue 25: reserve, max_concurrency, max_wait_s) come with it."""
+    The long-task scenarios (reserve, max_concurrency, max_wait_s) come with it."""
 
     ready_timeout_s: ClassVar[float] = 20
     """How long the sidecar may take to become ready (SDK connection set-up)."""
@@ -106,14 +106,14 @@ class SidecarScenarios(LongTaskScenarios):
     """Messages the two replicas share (0.2 s each, two at a time per replica)."""
     app_down_messages: ClassVar[int] = 10
     app_down_s: ClassVar[float] = 10.0
-    """The app-down scenario (issue 13): this many messages wait while the app is away this
+    """The app-down scenario: this many messages wait while the app is away this
     long, far longer than the whole retry schedule (``APP_DOWN_RETRY``)."""
     app_down_concurrency: ClassVar[int] = 4
     app_down_delivered_timeout_s: ClassVar[float] = 90.0
     waiting_batches: ClassVar[int] = 6
     waiting_batch_size: ClassVar[int] = 20
     waiting_batch_gap_s: ClassVar[float] = 0.5
-    """The publish-while-waiting scenario (issue 32): batches this far apart, so the sidecars
+    """The publish-while-waiting scenario: batches this far apart, so the sidecars
     are back in their wait on every queue when the next batch lands on both."""
     counts_exactly: ClassVar[bool] = False
     """The driver owns its delivery count and undoes it for a return (local): every message
@@ -411,7 +411,7 @@ class SidecarScenarios(LongTaskScenarios):
     def test_batches_published_while_waiting_on_two_queues_all_arrive(
         self, tmp_path: Path, app: RecordingApp, topology: Topology
     ) -> None:
-        """Issue 32: a wake-up on one queue cancels the waits on the others while the broker
+        """A wake-up on one queue cancels the waits on the others while the broker
         may be handing them messages; none of those may be lost (two replicas)."""
         run = self.run_batches_while_waiting(tmp_path, app, topology, replicas=2, concurrency=4)
         assert run.missing == [], f"{len(run.missing)} of {run.published} never arrived"

@@ -1,4 +1,4 @@
-"""The app's health gates delivery (issue 13), end to end on the local driver: the real
+"""The app's health gates delivery, end to end on the local driver: the real
 ``priority-pubsub run`` subprocess, a real HTTP app that comes and goes on a fixed port."""
 
 from __future__ import annotations

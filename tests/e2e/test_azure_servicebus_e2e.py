@@ -54,7 +54,7 @@ def test_application_properties_reach_the_app_and_the_queue_is_left_empty(
 def test_broker_unreachable_at_start_is_waited_for_not_ready_never_exit(
     tmp_path: Path, app: RecordingApp
 ) -> None:
-    """Issue #14: ``run`` used to exit 1 after ~0.6 s (its start retry reused the client it
+    """``run`` used to exit 1 after ~0.6 s (its start retry reused the client it
     had just closed). Now: not ready while the broker is down, delivering once it is up."""
     late = ServiceBusBroker()  # its port is chosen now; it listens only after start()
     topology = ServiceBusTopology(late)

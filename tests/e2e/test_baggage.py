@@ -1,5 +1,5 @@
 """W3C baggage from a publish to the app, through the real publish API and sidecar on the
-local driver (issue 42, item 3). daprd up to 1.18 drops it at the queue (dapr #10302); here
+local driver. daprd up to 1.18 drops it at the queue (dapr #10302); here
 it rides in the CloudEvent's ``baggage`` field (dapr #10385's design) and comes back on
 delivery byte for byte: the ``baggage`` header of an HTTP app's request, the ``baggage``
 metadata of a gRPC app's ``OnTopicEvent`` — whether it was published over HTTP (the

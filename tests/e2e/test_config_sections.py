@@ -1,9 +1,9 @@
-"""A config section written with the wrong type (issue 45): every mapping the config models
+"""A config section written with the wrong type: every mapping the config models
 have, top-level or nested, given a string, a number, a list and null, through ``check
 --offline``, ``check`` and ``run``, with and without daprd's flags, and under environment
 overrides. Refused: exit 2, one line on stderr naming the section and the model it expects,
 no traceback. Null is what the model says: "off" where the section is optional (accepted),
-refused where it is not. A live reload (issue 40) reads the file the same way: the same table
+refused where it is not. A live reload reads the file the same way: the same table
 is refused there, the config in force kept, in one log line, and the process goes on.
 
 The table is generated from the models, so a new section is covered without editing it. The

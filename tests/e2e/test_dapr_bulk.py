@@ -11,7 +11,7 @@ started with a daprd command line.
 - A high message published while a low batch holds every worker is in the next batch.
 - ``rawPayload`` entries carry the data as published (HTTP base64, gRPC ``bytes``).
 - SIGTERM while pushed messages and a sent batch are at the app past the grace period and
-  an entry waits for its batch to fill (issue 42 item 4): what the app had counts one attempt
+  an entry waits for its batch to fill: what the app had counts one attempt
   but never past the limit, the waiting entry comes back uncounted, nothing is
   dead-lettered.
 """
@@ -309,7 +309,7 @@ def _history(record: dict[str, Any]) -> tuple[str, int, str]:
 def test_sigterm_never_punishes_a_pushed_or_batched_message(
     tmp_path: Path, own_redis: OwnRedis
 ) -> None:
-    """Issue 42 item 4 in Dapr mode, push and bulk (``retry.max_attempts`` 2, grace 1 s):
+    """In Dapr mode, push and bulk (``retry.max_attempts`` 2, grace 1 s):
     SIGTERM while the app holds a pushed message at its last attempt, another at its first
     and a sent batch of two, while a third batched message waits for its batch to fill and
     new messages arrive. The cut-short deliveries count one attempt (the one at the limit

@@ -1,4 +1,4 @@
-"""Live reload in Dapr mode (issue 40, item 1): the resources directory is watched as daprd
+"""Live reload in Dapr mode: the resources directory is watched as daprd
 1.18 watches it. A Subscription added is served in its place and one changed takes its new
 route, a Component read again unchanged is a no-op (its ``{uuid}`` consumer group kept), a
 Component whose connection changes is refused, a Subscription removed takes no more: the real

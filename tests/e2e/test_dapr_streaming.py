@@ -14,8 +14,8 @@ with no push endpoint (no ``app.url``: publisher-only plus streams), on the loca
   at once to another stream; two streams on one topic share its messages; unanswered events
   hold workers (``concurrency``); the journal records each attempt; the metadata API lists
   open streams as STREAMING.
-- SIGTERM while a stream holds events past the grace period, one at its last attempt
-  (issue 42 item 4): each counts one attempt but never past the limit, comes back at once
+- SIGTERM while a stream holds events past the grace period, one at its last attempt:
+  each counts one attempt but never past the limit, comes back at once
   after a restart, and is acked; nothing is dead-lettered.
 """
 
@@ -559,7 +559,7 @@ class Answering:
 
 
 def test_sigterm_never_punishes_a_streamed_message(tmp_path: Path) -> None:
-    """Issue 42 item 4 on a streaming subscription (``retry.max_attempts`` 2, grace 1 s):
+    """On a streaming subscription (``retry.max_attempts`` 2, grace 1 s):
     SIGTERM while the stream holds one event at its last attempt and one at its first,
     unanswered, and while new messages arrive. Both count one attempt (the one at the
     limit none) and come back at once; after a restart every message is acked once, none is

@@ -1,4 +1,4 @@
-"""The pod's deletion cost from a real sidecar process (issue 40, item 4), against the
+"""The pod's deletion cost from a real sidecar process, against the
 Kubernetes API stand-in (``tests.support.kube_api``; no kube-apiserver can be installed
 here): the in-cluster environment and service-account files as a pod has them, the default
 10 s between patches, and delivery untouched while the API fails or hangs."""

@@ -1,4 +1,4 @@
-"""``shutdown.mode: finish`` end to end (issue 40, item 5), local driver, real processes.
+"""``shutdown.mode: finish`` end to end, local driver, real processes.
 
 Replica A holds a 20 s task under a 3 s lease when it is told to stop: by SIGTERM, or by
 ``GET /drain?wait=true`` on its ops port (what the chart's preStop hook sends). It takes

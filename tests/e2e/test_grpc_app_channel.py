@@ -8,7 +8,7 @@
 - A gRPC app of the tests' own shows DROP, UNIMPLEMENTED (acked, never dead-lettered: dapr
   ``pkg/runtime/subscription/postman/grpc/grpc.go`` returns success for it), a gRPC error
   (retried), the ``TopicEventRequest`` fields and the ``dapr-api-token`` metadata.
-- The app health gate with a gRPC app (issue 13): nothing is received before the app answers
+- The app health gate with a gRPC app: nothing is received before the app answers
   ``AppCallbackHealthCheck``; an app gone away (UNAVAILABLE, no connection) costs no attempt.
 - Dapr mode with daprd's command line and ``--app-protocol grpc``: subscriptions from
   ``ListTopicSubscriptions``, events published through the component (SNS on moto).

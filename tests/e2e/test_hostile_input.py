@@ -1,4 +1,4 @@
-"""Hostile but legal input through the real CLI, a real sidecar and a real app (issue #14).
+"""Hostile but legal input through the real CLI, a real sidecar and a real app.
 
 A message a broker accepts must reach the app or be decided at once: control characters in
 attributes or in a traceparent, and valid JSON that Python's parser cannot represent, used to

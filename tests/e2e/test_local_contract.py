@@ -94,7 +94,7 @@ def test_backoff_doubles_between_attempts(tmp_path: Path, app: RecordingApp) -> 
 
 
 def test_app_unreachable_is_waited_for_never_dead_lettered(tmp_path: Path) -> None:
-    """An app that never comes up costs nothing (issue #13): the start gate takes no message,
+    """An app that never comes up costs nothing: the start gate takes no message,
     so the retry schedule (2 attempts, 0.1 s apart) cannot burn it; /readyz says why."""
     config = local_config(tmp_path, f"http://127.0.0.1:{free_port()}",
                           retry={"max_attempts": 2, "initial_delay_s": 0.1, "max_delay_s": 0.1})

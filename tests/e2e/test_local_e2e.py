@@ -14,7 +14,7 @@ pytestmark = pytest.mark.local
 
 
 class TestLocalScenarios(SidecarScenarios, ReloadScenarios):
-    app_down_messages: ClassVar[int] = 500  # issue 13's must-show size
+    app_down_messages: ClassVar[int] = 500  # the app-down scenario's full size
     app_down_s: ClassVar[float] = 30.0
     counts_exactly: ClassVar[bool] = True  # the local driver undoes a return's count
 

@@ -1,6 +1,6 @@
 """Another process holds the local queue file's write lock: the sidecar waits off its loop.
 
-Short SQLite jobs run on the event loop (issue 28), with a busy timeout of 0 there: a lock
+Short SQLite jobs run on the event loop, with a busy timeout of 0 there: a lock
 held elsewhere sends the job to the driver's thread, which waits for it. So while another
 process holds ``BEGIN IMMEDIATE`` for 3 s the loop keeps answering ``/healthz`` at once and
 the watchdog never sees it stand still; afterwards every message is delivered once, in order.

@@ -1,5 +1,5 @@
-"""A message handed back unseen keeps its attempt (issue #14 item 1), and the hand-back is
-journaled and counted like any settle (issue #12 item 3)."""
+"""A message handed back unseen keeps its attempt, and the hand-back is
+journaled and counted like any settle."""
 
 from __future__ import annotations
 

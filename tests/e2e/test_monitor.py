@@ -505,7 +505,7 @@ def test_service_bus_dead_letters_are_peeked_requeued_and_deleted_from_the_page(
 def test_cancel_a_running_task_settles_it_as_chosen(
     start: Any, app: RecordingApp, page: Page, settle: str, outcome: str
 ) -> None:
-    """Issue 44, item 3: a task the app would work on for a minute, cancelled from the page:
+    """A task the app would work on for a minute, cancelled from the page:
     the app sees its connection closed at once, the worker is free for the next message, the
     message is retried, dead-lettered or dropped as chosen, and the journal and the admin
     journal say so (the reason; the client and the time)."""
@@ -601,7 +601,7 @@ def after_the_blocker(app: RecordingApp) -> list[str]:
 
 def test_promote_a_waiting_message_on_local(start: Any, app: RecordingApp,
                                             page: Page) -> None:
-    """Issue 44, item 4: a waiting low message promoted to high from the page is delivered
+    """A waiting low message promoted to high from the page is delivered
     before the rest of the low backlog, once; one a worker took meanwhile answers 409."""
     seen = blocked_then_quick(app)
     running = start({"admin_token": ADMIN}, concurrency=1)

@@ -150,7 +150,7 @@ def test_logs_carry_delivery_fields_but_never_secrets_or_bodies(
 
 
 def test_the_live_capacity_gauges(tmp_path: Path, app: RecordingApp) -> None:
-    """Issue 25: ``priority_pubsub_oldest_wait_seconds`` where the broker tells (local does),
+    """``priority_pubsub_oldest_wait_seconds`` where the broker tells (local does),
     ``priority_pubsub_workers_needed`` for a queue with ``wait_slo_s`` (and only for it), from
     the deliveries and the change in depth it saw (a backlog there at the start is none)."""
     app.behaviour = lambda _: Reply(delay_s=0.5)

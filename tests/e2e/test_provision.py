@@ -258,7 +258,7 @@ def test_provisioned_subscriptions_count_attempts_so_max_attempts_holds(
 def test_the_emulator_gets_no_retry_policy_and_one_it_has_is_drift_and_removed(
     tmp_path: Path, app: RecordingApp, gcp_pubsub_emulator: Emulator
 ) -> None:
-    """The emulator's retry policy stops a subscription redelivering for good (issue 39):
+    """The emulator's retry policy stops a subscription redelivering for good:
     provision makes none there, reports one a subscription has, ``--update`` removes it,
     and the driver warns about it at start. Google's service gets its policy (unit test)."""
     from google.pubsub_v1.types import RetryPolicy, Subscription

@@ -1,4 +1,4 @@
-"""A queue's own timeout end to end (issue 40, item 3), with an HTTP and a gRPC app.
+"""A queue's own timeout end to end, with an HTTP and a gRPC app.
 
 Concurrency 1, queues high (``timeout_s: 2``) and low, ``app.timeout_s`` 600. Two high
 messages wait, then a low one; the app never answers the first high's first attempt. At the

@@ -255,7 +255,7 @@ def test_dapr_component_and_subscription_deliver_and_the_queue_outlives_the_side
 def test_a_reload_adding_a_queue_is_refused_where_the_driver_cannot_add_one(
     tmp_path: Path, app: RecordingApp, rabbit: Rabbit
 ) -> None:
-    """Issue 40: RabbitMQ's driver takes no queue after start (not a ``QueueAdder``): a
+    """RabbitMQ's driver takes no queue after start (not a ``QueueAdder``): a
     reload that adds one is refused whole (its other change too), one line names the queue,
     and the queues in force are served on."""
     first, second = rabbit.queue("first"), rabbit.queue("second")

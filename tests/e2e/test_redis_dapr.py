@@ -112,7 +112,7 @@ def test_quickstart_checkout_publishes_through_the_redis_component(
 def test_dapr_mode_imports_the_components_driver_only(
     tmp_path: Path, own_redis: OwnRedis, app: RecordingApp
 ) -> None:
-    """Issue 28 (memory per pod): a sidecar in Dapr mode on ``pubsub.redis`` imports neither
+    """Memory per pod: a sidecar in Dapr mode on ``pubsub.redis`` imports neither
     the default local driver (sqlite3: 1.1 MB, when relative driver paths were looked up in
     its model before the component named the driver) nor OpenTelemetry (redis-py pulls it in
     when installed; tracing is not configured). ``sys.modules`` is written at exit."""

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.sqs
 
 
 class TestSqsScenarios(SidecarScenarios, ReloadScenarios):
-    # issue 13's must-show size: moto slows with deep queues. A return cannot undo
+    # the app-down scenario's full size: moto slows with deep queues. A return cannot undo
     # ApproximateReceiveCount: an outage costs each message in hand one count, no more.
     app_down_messages: ClassVar[int] = 50
     app_down_s: ClassVar[float] = 30.0
@@ -114,7 +114,7 @@ async def release_once(config: Path, queue: str, count: int) -> None:
 def test_a_released_message_is_delivered_before_any_dead_letter_decision(
     tmp_path: Path, app: RecordingApp, sqs_topology: SqsTopology
 ) -> None:
-    """Issue #14 item 1 on SQS: the receive count a release left behind (it cannot be undone)
+    """On SQS: the receive count a release left behind (it cannot be undone)
     must not dead-letter the message "before delivery"; the app's answer decides."""
     low = sqs_topology.queue("low")
     app.behaviour = lambda r: Reply(500 if r.event["data"] == "fails" else 200)

@@ -337,7 +337,7 @@ def test_dapr_mode_uses_an_existing_configmap_and_rolls_on_change(helm: Helm) ->
 
 
 def test_keda_can_also_scale_on_the_live_workers_needed_gauge(helm: Helm) -> None:
-    """Issue 25: a Prometheus trigger on priority_pubsub_workers_needed, summed over the
+    """A Prometheus trigger on priority_pubsub_workers_needed, summed over the
     replicas (each replica counts its own deliveries), one replica per concurrency workers."""
     docs = helm.render([_example("sqs")], [
         "keda.workersNeeded.enabled=true",

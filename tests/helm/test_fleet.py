@@ -1,4 +1,4 @@
-"""The chart's side of operating a fleet with long tasks (issue 40, items 4 to 6):
+"""The chart's side of operating a fleet with long tasks:
 ``config.shutdown.mode: finish`` (the grace period follows the longest task timeout, the
 app's preStop hook is the sidecar's drain, by port number, in both layouts),
 ``scaleIn.deletionCost`` (a Role and a projected token for the sidecar alone, only when on),

@@ -120,7 +120,7 @@ def test_capacity_from_a_constructed_journal(spark: SparkSession, tmp_path: Path
 
 
 def test_capacity_counts_slots(spark: SparkSession, tmp_path: Path) -> None:
-    """Issue 44: the journal's ``slots`` (v4). p1's deliveries take 2 slots each: they
+    """The journal's ``slots`` (v4). p1's deliveries take 2 slots each: they
     count as 2 deliveries of their time at once in the load, the workers needed and the
     slots in flight; the deliveries per hour and the time per delivery stay per delivery."""
     records = journals.capacity_journal()

@@ -1,4 +1,5 @@
-"""A consumer that hands messages back unseen and is killed at once (issue 39's conformance).
+"""A consumer that hands messages back unseen and is killed at once: the conformance test of
+a release right before a kill.
 
 ``python -m tests.support.release_then_die CONFIG QUEUE COUNT``: builds the driver the
 sidecar config names, receives ``COUNT`` messages from ``QUEUE``, leaves a waiting receive

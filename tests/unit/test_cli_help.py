@@ -58,7 +58,7 @@ def test_help_prints_each_paragraph_on_one_line(path: tuple[str, ...], command: 
 
 
 def test_the_check_finds_what_it_looks_for() -> None:
-    """The docstring that started it (issue 41): reST literals and lines broken mid-sentence."""
+    """The docstring that started it: reST literals and lines broken mid-sentence."""
     old = ("Redrive dead letters: body and attributes kept, attempts reset, the redrive "
            "recorded in\nthe ``requeued_from`` attribute.\n\nSafe to interrupt: each message "
            "is published to --to before it is\ndeleted from --from.")

@@ -53,7 +53,7 @@ async def test_the_start_walks_no_full_collection_on_its_way_to_ready(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A full collection before the freeze found ~20 unreachable objects and cost ~35 ms of
-    CPU before ``/readyz`` could answer (issue 28's time to ready): the start freezes
+    CPU before ``/readyz`` could answer (the time to ready): the start freezes
     without one."""
     sidecar = _local_sidecar(tmp_path)
     collections: list[int] = []

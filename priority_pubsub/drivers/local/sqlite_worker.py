@@ -8,7 +8,7 @@ failing job does not undo its neighbours) and their results are handed back to t
 in a single ``call_soon_threadsafe``.
 
 Why the loop: even batched, each job waited ~390 us for the GIL on the hop against 25-50 us of
-SQLite work (bench/sqlite_hops.py, issue 28). *Short* jobs (a few rows by index) therefore
+SQLite work (bench/sqlite_hops.py). *Short* jobs (a few rows by index) therefore
 run on the loop's own connection, those submitted in one turn of the loop together in one
 transaction right after it (a commit per job cost more than the hop at concurrency 64); more
 than ``_LOOP_BATCH_MAX`` of them go to the thread together. They never wait on the loop: its

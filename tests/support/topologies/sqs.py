@@ -104,7 +104,7 @@ class SqsTopology:
 
 
 class ProvisionedSqsTopology(SqsTopology):
-    """The same topology made by ``priority-pubsub provision`` alone (issue #18): naming a
+    """The same topology made by ``priority-pubsub provision`` alone: naming a
     queue or a topic re-provisions everything so far; nothing is created by hand."""
 
     def __init__(self, server: MotoServer) -> None:

@@ -247,7 +247,7 @@ def test_manifest_error_is_one_line_with_exit_2(tmp_path: Path) -> None:
 def test_capacity_settings_per_topic_from_priorities_entries_and_metadata(
     tmp_path: Path,
 ) -> None:
-    """Issue 25: a ``dapr.priorities`` entry may be a mapping with the topic's reserve,
+    """A ``dapr.priorities`` entry may be a mapping with the topic's reserve,
     limit and bounds; a Subscription's metadata sets them as it sets priority and weight
     (the entry wins where both do)."""
     app = [{"pubsubname": "orderpubsub", "topic": t, "route": "/o", "metadata": m}
@@ -276,7 +276,7 @@ def test_bad_capacity_metadata_is_one_line_naming_the_key(tmp_path: Path) -> Non
 
 
 def test_a_topic_timeout_comes_as_its_reserve_does(tmp_path: Path) -> None:
-    """Issue 40 item 3: ``timeout_s`` per topic, from a Subscription's metadata or a
+    """``timeout_s`` per topic, from a Subscription's metadata or a
     ``dapr.priorities`` entry (which wins), becomes its queue's ``timeout_s``."""
     app = [{"pubsubname": "orderpubsub", "topic": t, "route": "/o", "metadata": m}
            for t, m in (("orders-high", {"timeout_s": "10", "reserve": "1"}),

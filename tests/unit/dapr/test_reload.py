@@ -1,4 +1,4 @@
-"""Dapr mode's live reload against the running resources (issue 40, item 1): what
+"""Dapr mode's live reload against the running resources: what
 ``dapr.reload.compare`` makes of a resources directory read again, through the loading path
 of start (``setup.load``), then the same ``reload_diff`` as native mode; the request builder
 following the new plan, a removed topic's in-flight messages still routed."""

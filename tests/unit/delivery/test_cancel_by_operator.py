@@ -1,4 +1,4 @@
-"""An operator's cancel of a running delivery (issue 44, item 3), the parts alone: what each
+"""An operator's cancel of a running delivery, the parts alone: what each
 choice settles as (a drop is gone even where dead letters have a destination), the running
 deliveries found by id, and the app gate learning nothing from it (no breaker trip, no
 backoff: the app did not fail)."""

@@ -1,5 +1,5 @@
 """The capacity rule (reserves, per-queue limits, the starvation bound), table-driven: the
-examples of issue 25 and the edges around them, then the dispatcher asking only for it."""
+documented examples and the edges around them, then the dispatcher asking only for it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Scheduler and dispatcher under random arrivals and task lengths, as properties of the
-capacity rule (issue 25): no queue above its limit, no lower queue inside a higher queue's
+capacity rule: no queue above its limit, no lower queue inside a higher queue's
 unused reserve, a starved queue tried within ``max_wait_s`` and one pick, no receive asking
 for more than the rule allows at that moment, nothing lost.
 
@@ -37,7 +37,7 @@ LOW = 2
 
 def room(reserves: list[int], limits: list[int | None], busy: list[int], free: int,
          queue: int) -> int:
-    """How many ``queue`` may take now: the rule of issue 25, spelled out."""
+    """How many ``queue`` may take now: the capacity rule, spelled out."""
     unused_above = sum(max(0, reserves[k] - busy[k]) for k in range(queue))
     own = math.inf if limits[queue] is None else limits[queue] - busy[queue]  # type: ignore[operator]
     return int(max(0, min(free - unused_above, own)))

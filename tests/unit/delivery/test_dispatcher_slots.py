@@ -1,4 +1,4 @@
-"""The dispatcher with slot costs (issue 44, item 1) under a steady stream of light tasks, as
+"""The dispatcher with slot costs under a steady stream of light tasks, as
 properties: never more slots at the app than ``concurrency``, no receive asking past the rule
 (a lower queue never inside a higher queue's unused reserve), and a due heavy queue served
 within ``max_wait_s`` plus the longest running task.

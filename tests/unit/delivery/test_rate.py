@@ -1,4 +1,4 @@
-"""Per-queue rate (issue 44, item 2): the token bucket alone, then the dispatcher asking a
+"""Per-queue rate: the token bucket alone, then the dispatcher asking a
 rated queue for its whole tokens at most, going on to the next queue while it has none,
 waking when its next token is due, and never taking more than ``burst + per_s x t``."""
 

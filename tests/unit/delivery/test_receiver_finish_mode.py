@@ -1,4 +1,4 @@
-"""``shutdown.mode: finish`` in the parts (issue 40, item 5): the receiver's stop waits for
+"""``shutdown.mode: finish`` in the parts: the receiver's stop waits for
 every task however long past ``grace_s``, cancelling none; the ops server serves ``GET
 /drain`` only when given the drain, and answers ``?wait=true`` once it is done.
 (End to end, with real processes: ``tests/e2e/test_finish_shutdown.py``.)"""

@@ -1,4 +1,4 @@
-"""The receiver counts slots (issue 44, item 1): a heavy message takes its ``slots`` from its
+"""The receiver counts slots: a heavy message takes its ``slots`` from its
 receive until the app answered, and a live reload that shrinks ``concurrency`` takes nothing
 until the slots in use plus a message's fit the new value."""
 

@@ -1,4 +1,4 @@
-"""The capacity rule with slot costs (issue 44, item 1), pure: ``concurrency`` counts slots, a
+"""The capacity rule with slot costs, pure: ``concurrency`` counts slots, a
 message of a ``slots: k`` queue occupies k of them, a reserve holds ``reserve x slots``, and a
 due heavy queue has the free slots held for it (``short_of_slots``, ``holding``).
 
@@ -48,7 +48,7 @@ LIGHT = QueueLimits()
         # max_concurrency stays a count of messages
         ((QueueLimits(max_concurrency=1, slots=3), LIGHT), (0, 0), 6, [1, 6]),
         ((QueueLimits(max_concurrency=1, slots=3), LIGHT), (1, 0), 3, [0, 3]),
-        # slots 1 everywhere: the rule of issue 25 as it was
+        # slots 1 everywhere: the capacity rule without slots
         ((QueueLimits(reserve=1), LIGHT), (0, 2), 2, [2, 1]),
     ],
 )

@@ -139,7 +139,7 @@ class FailingAck(RecordingDriver):
 async def test_a_failed_settle_is_journaled_as_settle_failed_never_ack(
     error: DriverError, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue #14 item 4: the app said 200 but the delete failed: the broker will deliver the
+    """The app said 200 but the delete failed: the broker will deliver the
     message again, so the journal must not say ``ack``."""
     async def app_says_ok(*_: object) -> Outcome:
         return Outcome.ack(200)
@@ -194,7 +194,7 @@ def hung_app(channel: str) -> Iterator[tuple[str, Callable[[], int]]]:
 async def test_a_hung_app_is_cut_off_at_the_timeout_and_the_message_retried(
     channel: str, set_on: str, tmp_path: Path
 ) -> None:
-    """Issue 40 item 3: past its timeout (the queue's over the app's, one mechanism) the
+    """Past its timeout (the queue's over the app's, one mechanism) the
     request is cancelled and the app sees it go, the slot is given back at once, and the
     message is retried with backoff, a counted attempt, with reason ``timeout``."""
     journal = JournalWriter(tmp_path, rotate_mb=1)
@@ -275,7 +275,7 @@ async def stop_when(reached: asyncio.Event, subject: Worker, held: Message) -> N
 async def test_a_stop_returns_what_the_app_had_at_once_counted_never_past_the_limit(
     attempt: int, call: tuple[str, float], reason: str, tmp_path: Path
 ) -> None:
-    """Issue 42 item 4: the app had it, so the attempt counts; but at the last one
+    """The app had it, so the attempt counts; but at the last one
     (``retry.max_attempts`` 3) a counted return would make the next delivery the fourth,
     which ``admit`` dead-letters before the app sees it: there it goes back uncounted."""
     journal = JournalWriter(tmp_path, rotate_mb=1)

@@ -1,4 +1,4 @@
-"""The pod's deletion cost (issue 40, item 4) against a stand-in for the Kubernetes API server
+"""The pod's deletion cost against a stand-in for the Kubernetes API server
 (``tests.support.kube_api``: TLS with the service account's CA, its bearer token, the pod's
 path, a merge patch applied and the Pod validated against the Kubernetes schema).
 

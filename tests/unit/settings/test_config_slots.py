@@ -1,4 +1,4 @@
-"""``queues[].slots`` in the config (issue 44, item 1): what ``check`` and ``run`` refuse, in
+"""``queues[].slots`` in the config: what ``check`` and ``run`` refuse, in
 one line naming the queues; the capacity plan ``check`` and ``stats`` print in slots; Dapr
 mode's per-topic ``slots`` as its ``reserve`` comes."""
 

@@ -1,4 +1,4 @@
-"""Live reload's parts on their own (issue 40, items 1 and 2): which changes a reload applies
+"""Live reload's parts on their own: which changes a reload applies
 (``reload_diff``), the watch's fingerprint of a ConfigMap swap, the live settings' owner, the
 dispatcher following it between takes, and the reloader refusing what it must."""
 
