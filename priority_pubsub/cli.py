@@ -6,8 +6,6 @@ Exit codes: 0 clean, 1 fatal error, 2 invalid config (one line naming the key pa
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import functools
 import inspect
@@ -22,14 +20,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 import typer
 
 from priority_pubsub import __version__
-from priority_pubsub.core.errors import ConfigError, PriorityPubsubError
+from priority_pubsub.commands.run import reported, run_loop, run_sidecar
+from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.redaction import redact
 from priority_pubsub.dapr.flags import DaprdFlags, parse_extra
 from priority_pubsub.settings.config import Settings, load_config
 
 if TYPE_CHECKING:
-    from priority_pubsub.app.channel.streams import StreamHub
-    from priority_pubsub.dapr.plan import DaprPlan
     from priority_pubsub.dapr.setup import Loaded
 
 T = TypeVar("T")
@@ -161,12 +158,7 @@ def _daprd_command(command: Command) -> Command:
 def _loaded(config: Path | None, flags: DaprdFlags, *, reach_app: bool) -> Loaded:
     from priority_pubsub.dapr.setup import load
 
-    try:
-        return load(config, flags, reach_app=reach_app)
-    except ConfigError as exc:
-        _fail(f"invalid config: {exc}", 2)
-    except PriorityPubsubError as exc:
-        _fail(str(exc), 1)
+    return reported(_fail, lambda: load(config, flags, reach_app=reach_app))
 
 
 def _flags(ctx: typer.Context, given: dict[str, Any]) -> DaprdFlags:
@@ -187,21 +179,8 @@ def _flags(ctx: typer.Context, given: dict[str, Any]) -> DaprdFlags:
         max_body_size=given["max_body_size"], extra=extra, ignored=ignored)
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
-
-
 def _run_reporting(coro: Coroutine[Any, Any, T]) -> T:
-    try:
-        return _run(coro)
-    except ConfigError as exc:
-        _fail(f"invalid config: {exc}", 2)
-    except PriorityPubsubError as exc:
-        _fail(str(exc), 1)
+    return reported(_fail, lambda: run_loop(coro))
 
 
 @_daprd_command
@@ -217,72 +196,7 @@ def run(
 
     With --resources-path and --app-id (or a dapr: section) it reads the Dapr setup instead
     of queues: a daprd command line works with only the binary name changed."""
-    from priority_pubsub.sidecar import Sidecar
-    from priority_pubsub.telemetry.logs import configure_logging
-
-    loaded = _loaded(config, flags, reach_app=True)
-    settings = loaded.settings
-    configure_logging(settings.log.level, settings.log.format)
-
-    async def serve() -> None:  # built inside: a driver may refuse its options (exit 2)
-        if provision and loaded.plan is None:
-            await _provision_at_start(settings)
-        streams, api = _publish_api(settings, loaded.plan)
-        try:
-            async with api:
-                if loaded.plan is not None or loaded.warnings:  # Dapr mode's modules else not
-                    from priority_pubsub.dapr.runtime import report
-
-                    report(loaded.plan, loaded.warnings)
-                if not settings.app.push and streams is None:
-                    from priority_pubsub.publish_api.server import until_stopped
-
-                    await until_stopped(settings.shutdown.block_s)
-                    return
-                if loaded.plan is None:
-                    from priority_pubsub.dapr.setup import native_reload
-
-                    reload = native_reload(config, flags, settings)
-                    await Sidecar(settings, streams=streams, reload=reload).run()
-                    return
-                from priority_pubsub.dapr.runtime import run_dapr
-
-                await run_dapr(loaded, streams, reload=(config, flags))
-        except OSError as exc:  # a publish API port already taken
-            raise PriorityPubsubError(f"publish API: {exc}") from None
-
-    _run_reporting(serve())
-
-
-def _publish_api(settings: Settings, plan: DaprPlan | None
-                 ) -> tuple[StreamHub | None, contextlib.AbstractAsyncContextManager[None]]:
-    """The publish API for the run (with the streaming subscriptions of a sidecar with no app
-    to push to), or nothing: its server, models and aiohttp routes are imported only when
-    ``publish_api`` is configured (a sidecar is paid for once per pod)."""
-    if settings.publish_api is None:
-        return None, contextlib.nullcontext()
-    from priority_pubsub.publish_api.server import serving, stream_hub
-
-    streams = stream_hub(settings, plan)  # no app to push to: apps may stream
-    return streams, serving(settings, plan, streams=streams)
-
-
-async def _provision_at_start(settings: Settings) -> None:
-    """``run --provision``: create what is missing; report drift and go on (as daprd's entity
-    management, which creates but never rewrites an entity's settings)."""
-    from priority_pubsub.provision import Mode
-    from priority_pubsub.provision import provision as provision_entities
-    from priority_pubsub.telemetry.logs import get_logger
-
-    log = get_logger("priority_pubsub.provision")
-    done = await provision_entities(settings, Mode())
-    for action in done.actions:
-        if action.action.value == "drift":
-            log.warning("provision: drift left as it is", **action.as_json())
-        elif action.action.value != "ok":
-            log.info("provision", **action.as_json())
-    for note in done.notes:
-        log.info(note)
+    run_sidecar(config, flags, provision=provision, fail=_fail)
 
 
 @_daprd_command

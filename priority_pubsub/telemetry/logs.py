@@ -18,11 +18,13 @@ from typing import Any
 from priority_pubsub.core.imports import without
 from priority_pubsub.core.redaction import redact
 
-# structlog imports rich and pygments when installed, for coloured tracebacks in its console
-# renderer: the sidecar renders JSON lines with ``format_exc_info`` and never uses them, yet
-# they held ~3.8 MB of every pod's resident set (issue 28). The CLI's own rich output (tables,
-# ``--help``) imports rich as usual.
-with without("rich"):
+# structlog imports optional packages when installed, for features the sidecar never uses:
+# rich and pygments (coloured tracebacks in its console renderer; the sidecar renders them with
+# ``format_exc_info``), better_exceptions (the same), colorama (colours on Windows; elsewhere
+# structlog writes the same ANSI codes itself) and greenlet (its deprecated greenlet-local
+# context). They held ~3.8 MB (rich, pygments) and ~1 MB (colorama, greenlet) of every pod's
+# resident set. The CLI's own rich output (tables, ``--help``) imports rich as usual.
+with without("rich", "better_exceptions", "colorama", "greenlet"):
     import structlog
 
 

@@ -13,6 +13,7 @@ from typer.core import TyperGroup, TyperOption
 from typer.testing import CliRunner
 
 from priority_pubsub import cli
+from priority_pubsub.dapr import setup
 from priority_pubsub.dapr.flags import DaprdFlags
 
 DAPRD_LINE = [
@@ -52,7 +53,7 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[DaprdFlags]:
         seen.append(flags)
         raise typer.Exit(0)
 
-    monkeypatch.setattr(cli, "_loaded", record)
+    monkeypatch.setattr(setup, "load", record)
     return seen
 
 

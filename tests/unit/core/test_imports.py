@@ -22,6 +22,8 @@ print(json.dumps([hidden, {package!r} in sys.modules]))
 
 @pytest.mark.parametrize(("module", "package"), [
     ("priority_pubsub.telemetry.logs", "rich"),
+    ("priority_pubsub.telemetry.logs", "colorama"),
+    ("priority_pubsub.telemetry.logs", "greenlet"),
     ("priority_pubsub.drivers.redis.driver", "opentelemetry"),
 ])
 def test_the_sidecar_module_leaves_the_optional_package_out_yet_importable(
