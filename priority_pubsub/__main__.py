@@ -5,18 +5,10 @@ CLI (``priority_pubsub.cli``)."""
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    from priority_pubsub.core.redaction import redact
-
-    print(f"priority-pubsub: {redact(message)}", file=sys.stderr)
-    raise SystemExit(code)
 
 
 def main() -> None:
-    from priority_pubsub.commands.run import plain_run, run_sidecar
+    from priority_pubsub.commands.run import fail, plain_run, run_sidecar
 
     plain = plain_run(sys.argv[1:])
     if plain is None:
@@ -26,7 +18,7 @@ def main() -> None:
         return
     from priority_pubsub.dapr.flags import DaprdFlags
 
-    run_sidecar(plain.config, DaprdFlags(), provision=plain.provision, fail=_fail)
+    run_sidecar(plain.config, DaprdFlags(), provision=plain.provision, fail=fail)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ import re
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from priority_pubsub import __version__
-from priority_pubsub.commands.run import reported, run_loop, run_sidecar
+from priority_pubsub.commands.run import fail, reported, run_loop, run_sidecar
 from priority_pubsub.core.errors import ConfigError
 from priority_pubsub.core.redaction import redact
 from priority_pubsub.dapr.flags import DaprdFlags, parse_extra
@@ -61,11 +61,6 @@ def _root(
     """Priority subscriber sidecar: delivers queue messages to your app as CloudEvents."""
 
 
-def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"priority-pubsub: {redact(message)}", err=True)
-    raise typer.Exit(code)
-
-
 def _prose(docstring: str | None) -> str:
     """A docstring as help text: each paragraph on one line, a blank line between paragraphs.
 
@@ -92,7 +87,7 @@ def _settings(path: Path | None) -> Settings:
     try:
         return load_config(path)
     except ConfigError as exc:
-        _fail(f"invalid config: {exc}", 2)
+        fail(f"invalid config: {exc}", 2)
 
 
 _DAPRD = "daprd flags"
@@ -158,14 +153,14 @@ def _daprd_command(command: Command) -> Command:
 def _loaded(config: Path | None, flags: DaprdFlags, *, reach_app: bool) -> Loaded:
     from priority_pubsub.dapr.setup import load
 
-    return reported(_fail, lambda: load(config, flags, reach_app=reach_app))
+    return reported(fail, lambda: load(config, flags, reach_app=reach_app))
 
 
 def _flags(ctx: typer.Context, given: dict[str, Any]) -> DaprdFlags:
     try:
         extra, ignored = parse_extra(list(ctx.args))
     except ConfigError as exc:
-        _fail(str(exc), 2)
+        fail(str(exc), 2)
     health = {"--" + name.replace("_", "-"): given[name] for name in _HEALTH
               if given[name] is not None}
     return DaprdFlags(
@@ -180,7 +175,7 @@ def _flags(ctx: typer.Context, given: dict[str, Any]) -> DaprdFlags:
 
 
 def _run_reporting(coro: Coroutine[Any, Any, T]) -> T:
-    return reported(_fail, lambda: run_loop(coro))
+    return reported(fail, lambda: run_loop(coro))
 
 
 @_daprd_command
@@ -196,7 +191,7 @@ def run(
 
     With --resources-path and --app-id (or a dapr: section) it reads the Dapr setup instead
     of queues: a daprd command line works with only the binary name changed."""
-    run_sidecar(config, flags, provision=provision, fail=_fail)
+    run_sidecar(config, flags, provision=provision, fail=fail)
 
 
 @_daprd_command
@@ -280,7 +275,7 @@ def _check_reload_safe(old: Path, new: Path, *, flags: DaprdFlags) -> None:
     for key in (*diff.refused, *compared.restart_only):
         typer.echo(f"REFUSED   {key} (restart-only)")
     if not diff.safe or compared.restart_only:
-        _fail(f"a live reload would refuse {new}: restart to apply it", 1)
+        fail(f"a live reload would refuse {new}: restart to apply it", 1)
     what = "no change" if not applied else f"{len(applied)} change(s)"
     typer.echo(f"OK: {new} can be reloaded into a sidecar running {old} ({what})", err=True)
 
@@ -334,11 +329,11 @@ def publish(
 
     settings = _settings(config)
     if data is not None and file is not None:
-        _fail("give --data or --file, not both", 2)
+        fail("give --data or --file, not both", 2)
     body = _body(data, file)
     problem = cloudevent_problem(body, content_type)
     if problem is not None:
-        _fail(f"--content-type {content_type}: not a valid CloudEvent: {problem}", 2)
+        fail(f"--content-type {content_type}: not a valid CloudEvent: {problem}", 2)
     attributes = _parse_attributes(attr or [])
     ids = _run_reporting(
         publish_messages(settings, queue, body, attributes, count, content_type, via_sns)
@@ -357,7 +352,7 @@ def _body(data: str | None, file: Path | None) -> bytes:
     try:
         return file.read_bytes()
     except OSError as exc:
-        _fail(f"--file {file}: {exc.strerror or exc}", 2)
+        fail(f"--file {file}: {exc.strerror or exc}", 2)
 
 
 def _parse_attributes(pairs: list[str]) -> dict[str, str]:
@@ -365,7 +360,7 @@ def _parse_attributes(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            _fail(f"--attr expects K=V, got {pair!r}", 2)
+            fail(f"--attr expects K=V, got {pair!r}", 2)
         attributes[name] = value
     return attributes
 

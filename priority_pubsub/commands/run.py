@@ -29,6 +29,17 @@ Fail = Callable[[str, int], NoReturn]
 """How a command reports a failure: the message (redacted there) and the exit code."""
 
 
+def fail(message: str, code: int) -> NoReturn:
+    """A failure the user can act on: one redacted line on stderr, then exit ``code``. The
+    CLI's commands and the plain ``run`` report the same way."""
+    import sys
+
+    from priority_pubsub.core.redaction import redact
+
+    print(f"priority-pubsub: {redact(message)}", file=sys.stderr)
+    raise SystemExit(code)
+
+
 def reported(fail: Fail, call: Callable[[], T]) -> T:
     """What ``call`` returns; an error the user can act on goes to ``fail`` as one line and
     an exit code: 2 for an invalid config, 1 for any other error of the sidecar's."""
