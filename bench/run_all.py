@@ -28,6 +28,7 @@ from typing import Any
 from bench import (
     bench_report,
     calls,
+    event_loop,
     footprint,
     idle,
     latency,
@@ -88,6 +89,8 @@ def plan(big: bool, cloud: bool, quick: bool = False) -> list[tuple[str, list[st
                   *(["--trials", "2"] if quick else []), *_idle_drivers(big, cloud, quick)]),
         ("footprint", [*_footprint_drivers(cloud),
                        *(["--starts", "1", "--messages", "300"] if quick else [])]),
+        ("event_loop", ["--messages", size(2000, 4000, 200), "--rounds", ROUNDS,
+                        *(["--concurrency", "4"] if quick else [])]),
         ("journal", ["--messages", size(1500, 3000, 200), "--rounds", ROUNDS,
                      *(["--lines", "200"] if quick else [])]),
         ("publish_api", ["--messages", size(2000, 4000, 100), "--concurrency", "16",
@@ -166,7 +169,7 @@ RENDERINGS: dict[str, Rendering] = {
     "calls": calls.RENDERING, "idle": idle.RENDERING, "bench_report": bench_report.RENDERING,
     "long_tasks": long_tasks.RENDERING, "report_incremental": report_incremental.RENDERING,
     "footprint": footprint.RENDERING, "operations": operations.RENDERING,
-    "soak": soak.RENDERING,
+    "soak": soak.RENDERING, "event_loop": event_loop.RENDERING,
 }
 """What each benchmark adds to RESULTS.md, by name (the others: their JSON alone); the
 targets table lists the rows in the order of the results, the legend in this order."""

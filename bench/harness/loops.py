@@ -5,8 +5,8 @@
 * ``naive_forwarder``: receive, POST, ack; no leases, journal, metrics or priorities (c).
 * ``run_sidecar``: ``priority_pubsub.sidecar.Sidecar`` as shipped, in this process (d).
 
-All of them run on the caller's event loop (uvloop in the benchmark scripts). Rates are
-messages per second from the first message received to the last one settled.
+All of them run on the caller's event loop (the sidecar's default in the benchmark scripts).
+Rates are messages per second from the first message received to the last one settled.
 """
 
 from __future__ import annotations

@@ -54,10 +54,11 @@ def quiet_logging(path: Path) -> None:
 
 
 def run_with_logs_aside(main: Coroutine[Any, Any, Returned]) -> Returned:
-    """Run a benchmark's ``main`` on uvloop with the sidecar's logs going to a temporary file
-    (``quiet_logging``): what every in-process benchmark does around its event loop."""
-    import uvloop
+    """Run a benchmark's ``main`` on the loop the sidecar runs on by default (``run_loop``) with
+    the sidecar's logs going to a temporary file (``quiet_logging``): what every in-process
+    benchmark does around its event loop. ``bench.event_loop`` compares the loops."""
+    from priority_pubsub.commands.run import run_loop
 
     with temp_dir("logs") as directory:
         quiet_logging(directory / "sidecar.log")
-        return uvloop.run(main)
+        return run_loop(main)

@@ -451,6 +451,11 @@ class Settings(_Strict):
     """Live reload: on SIGHUP, and when the config file changes (``watch``)."""
     tracing: TracingConfig | None = None
     """Off unless set here or ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` is in the environment."""
+    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
+    """The event loop the sidecar runs on: ``asyncio``'s own, or ``uvloop``. uvloop holds
+    2.4 MB more of the pod's memory and four more threads; side by side on the local driver
+    it delivered no faster at 1 to 64 workers (``bench.event_loop``, docs/performance.md).
+    Restart-only."""
     _driver_options: DriverOptions | None = PrivateAttr(default=None)
     dapr: DaprConfig | None = None
     """Dapr mode: queues, driver and routes come from the Dapr resources (priority_pubsub.dapr)."""

@@ -40,8 +40,13 @@ atexit.register(lambda: open({out!r}, "w").write(json.dumps(sorted(sys.modules))
 """
 
 
-def test_local_run_imports_no_unconfigured_feature(tmp_path: Path, app: RecordingApp) -> None:
+@pytest.mark.parametrize("event_loop", [None, "uvloop"])
+def test_local_run_imports_no_unconfigured_feature(tmp_path: Path, app: RecordingApp,
+                                                   event_loop: str | None) -> None:
+    """With the default loop uvloop is not imported; chosen, the sidecar runs on it."""
     config = local_config(tmp_path, app.url)
+    if event_loop is not None:
+        config["event_loop"] = event_loop
     [message_id] = publish(write_config(tmp_path, config), "high", "{}")
     hook, dump = tmp_path / "hook", tmp_path / "modules.json"
     hook.mkdir()
@@ -57,4 +62,5 @@ def test_local_run_imports_no_unconfigured_feature(tmp_path: Path, app: Recordin
     assert "priority_pubsub.drivers.local.driver" in imported
     top_level = {name.split(".")[0] for name in imported}
     assert sorted(top_level.intersection(NOT_ON_THE_LOCAL_PATH)) == []
+    assert ("uvloop" in top_level) == (event_loop == "uvloop")
     assert sorted(imported.intersection(OWN_NOT_ON_THE_LOCAL_PATH)) == []

@@ -1,10 +1,12 @@
 """``priority-pubsub run`` imports only what the configured sidecar runs: on the local driver
 with the default config, once ready, none of the modules kept off its path is imported and
 aiohttp's TLS contexts hold no CA store (``bench.footprint`` measures what that saves). The
-plain command line that skips the CLI's parser, and what it leaves to the CLI."""
+event loop the ``event_loop`` setting chooses. The plain command line that skips the CLI's
+parser, and what it leaves to the CLI."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -13,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from priority_pubsub.commands.run import PlainRun, plain_run
+from priority_pubsub.commands.run import PlainRun, plain_run, run_loop
+from priority_pubsub.core.errors import ConfigError
 
 KEPT_OFF = ("typer", "click", "rich", "pygments", "colorama", "greenlet", "better_exceptions",
             "priority_pubsub.cli", "priority_pubsub.publish_api", "priority_pubsub.dapr.runtime",
             "priority_pubsub.provision", "priority_pubsub.analytics", "opentelemetry", "grpc",
-            "boto3", "botocore", "google", "azure", "redis", "aio_pika")
+            "boto3", "botocore", "google", "azure", "redis", "aio_pika", "uvloop")
 """Top-level names (and their submodules) the local run must not import."""
 
 _HARNESS = """\
@@ -105,3 +108,20 @@ def test_a_plain_run_is_read_without_the_cli(arguments: list[str], plain: PlainR
 ])
 def test_anything_else_is_left_to_the_cli(arguments: list[str]) -> None:
     assert plain_run(arguments) is None
+
+
+async def _loop_module() -> str:
+    return type(asyncio.get_running_loop()).__module__
+
+
+def test_the_sidecar_runs_on_asyncios_own_loop_unless_uvloop_is_chosen() -> None:
+    assert run_loop(_loop_module()).startswith("asyncio")
+    assert run_loop(_loop_module(), "asyncio").startswith("asyncio")
+    assert run_loop(_loop_module(), "uvloop").startswith("uvloop")
+
+
+def test_uvloop_chosen_but_not_installed_is_a_config_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # what an import of a missing one sees
+    with pytest.raises(ConfigError, match="event_loop: uvloop is not installed"):
+        run_loop(_loop_module(), "uvloop")
