@@ -30,6 +30,8 @@ start there (the backlog after it changed); the other tables stay per hour.
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -56,6 +58,7 @@ from priority_pubsub.analytics.spark.tuning import (
 from priority_pubsub.analytics.state.store import Manifest, Store
 from priority_pubsub.analytics.state.stored import (
     Summaries,
+    Written,
     listed_by_driver,
     read_partitions,
     record_struct,
@@ -131,10 +134,11 @@ def run_increment(
         increment.sweep_from_hour = sweep_from
         new = loaded.valid
 
-        def append_step() -> None:
+        def append_step() -> Written:
             with steps.step("append records"):
                 stored = new.select(*REPORT_FIELDS, F.col("hour_id").alias("hour_key"), "hour_id")
                 stored.write.partitionBy("hour_id").parquet(store.path("data", run, "records"))
+            return Written()  # the records are noted by hour below, no summary
 
         old_hours = [int(h) for h in previous.records if sweep_from is None or int(h) >= sweep_from]
         small = small_run(sum(f.size for f in files),
@@ -147,19 +151,19 @@ def run_increment(
             summaries = Summaries(store, run, summaries_of(spark, store, previous), small,
                                   hours_held=dict(previous.summary_hours))
 
-            def lifecycle_step() -> None:
+            def lifecycle_step() -> Written:
                 with steps.step("lifecycle"):
-                    _write_lifecycle(spark, store, run, new, previous, enqueue_hours, summaries,
-                                     one_record_per_group=not small)
+                    return _write_lifecycle(spark, store, run, new, previous, enqueue_hours,
+                                            summaries, one_record_per_group=not small)
             from_ms = None if sweep_from is None else sweep_from * HOUR_MS
 
-            def hours_step() -> None:
+            def hours_step() -> Written:
                 with steps.step("hours recomputed"):
-                    _write_hour_summaries(spark, per_hour, hours, summaries)
+                    return _write_hour_summaries(spark, per_hour, hours, summaries)
 
-            def sweeps_step() -> None:
+            def sweeps_step() -> Written:
                 with steps.step("starvation and capacity minutes"):
-                    _write_sweeps(spark, span, all_priorities, from_ms, summaries)
+                    return _write_sweeps(spark, span, all_priorities, from_ms, summaries)
 
             # side by side: on 2 cores a small run's jobs leave a core idle while the driver
             # plans (docs/performance.md, the delivery report). A large
@@ -168,11 +172,11 @@ def run_increment(
             # reads' ``listed_by_driver`` is a session option too, of speed only, as beside
             # the published tables; no other of the four sets one, so none is put back early)
             if small:
-                side_by_side(spark, append_step, lifecycle_step, hours_step, sweeps_step)
+                parts = side_by_side(spark, append_step, lifecycle_step, hours_step, sweeps_step)
             else:
-                append_step()
-                lifecycle_step()
-                side_by_side(spark, hours_step, sweeps_step)
+                parts = [append_step(), lifecycle_step(),
+                         *side_by_side(spark, hours_step, sweeps_step)]
+            written = functools.reduce(operator.or_, parts, Written())
         finally:
             if old is not None:
                 span.unpersist()
@@ -181,8 +185,9 @@ def run_increment(
         for e in enqueue_hours:
             manifest.lifecycle[str(e)] = run
         manifest.summaries = run
-        manifest.schemas = dict(summaries.schemas)
-        manifest.summary_hours = {**previous.summary_hours, **summaries.hours_held}
+        manifest.schemas = dict(written.schemas)
+        manifest.summary_hours = {**previous.summary_hours,
+                                  **{name: dict(held) for name, held in written.hours_held.items()}}
         manifest.priorities = all_priorities
         manifest.unpublished = sorted(set(manifest.unpublished) | set(enqueue_hours))
         return manifest, increment
@@ -254,7 +259,7 @@ def _histograms(records: DataFrame) -> DataFrame:
 
 def _write_hour_summaries(
     spark: SparkSession, records: DataFrame, hours: list[int], summaries: Summaries
-) -> None:
+) -> Written:
     from pyspark.sql import functions as F
 
     hour_id = F.floor(F.unix_seconds(F.col("hour")) / 3600)
@@ -266,10 +271,11 @@ def _write_hour_summaries(
                 "hour_id", hour_id
             ),
         }
+        written = Written()
         for name, frame in fresh.items():
-            summaries.write(name, frame, keep=~F.col("hour_id").isin(hours))
+            written |= summaries.write(name, frame, keep=~F.col("hour_id").isin(hours))
         by = ["priority", "metric", "bucket"]
-        summaries.write_hours(spark, "hist", _histograms(records), hours, by)
+        return written | summaries.write_hours(spark, "hist", _histograms(records), hours, by)
     finally:
         fine.unpersist()
 
@@ -295,7 +301,7 @@ def _write_lifecycle(
     enqueue_hours: list[int],
     summaries: Summaries,
     one_record_per_group: bool = True,
-) -> None:
+) -> Written:
     """The lifecycle rows of ``enqueue_hours`` and their summaries. ``one_record_per_group``
     sets ``ONE_RECORD_PER_GROUP`` for the aggregation (a large run: it saves the partial
     aggregation's hash map of every record); a small run leaves the session alone, so the
@@ -327,8 +333,8 @@ def _write_lifecycle(
         .groupBy("enq_hour", "priority", in_system)
         .agg(F.count("*").alias("n"))
     )
-    summaries.write("life_counts", counts, ~F.col("enq_hour").isin(enqueue_hours))
-    summaries.write_hours(spark, "life_hist", hist, enqueue_hours, ["priority", "bucket"])
+    return summaries.write("life_counts", counts, ~F.col("enq_hour").isin(enqueue_hours)) | (
+        summaries.write_hours(spark, "life_hist", hist, enqueue_hours, ["priority", "bucket"]))
 
 
 def _write_sweeps(
@@ -337,10 +343,10 @@ def _write_sweeps(
     priorities: list[int],
     from_ms: int | None,
     summaries: Summaries,
-) -> None:
+) -> Written:
     from pyspark.sql import functions as F
 
-    def starvation_step() -> None:
+    def starvation_step() -> Written:
         counts, minutes = starvation_minutes(
             spark,
             records,
@@ -349,13 +355,14 @@ def _write_sweeps(
             summaries.get("star_hour_counts") if from_ms is not None else None,
             summaries.get("star_hours") if from_ms is not None else None,
         )
-        summaries.write("star_hour_counts", by_hour(counts, fold_counts))
-        summaries.write("star_hours", by_hour(minutes, fold_minutes))
+        return (summaries.write("star_hour_counts", by_hour(counts, fold_counts))
+                | summaries.write("star_hours", by_hour(minutes, fold_minutes)))
 
-    def capacity_step() -> None:
+    def capacity_step() -> Written:
         sweep = by_hour(sweep_minutes(records, priorities, from_ms), fold_sweeps)
         first_bucket = (from_ms or 0) // MINUTE_MS
         keep = F.col("bucket") < first_bucket if from_ms is not None else None
-        summaries.write("cap_hours", sweep, keep)
+        return summaries.write("cap_hours", sweep, keep)
 
-    side_by_side(spark, starvation_step, capacity_step)
+    starvation, capacity = side_by_side(spark, starvation_step, capacity_step)
+    return starvation | capacity

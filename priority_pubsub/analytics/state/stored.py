@@ -120,11 +120,26 @@ def summaries_of(spark: SparkSession, store: Store, manifest: Manifest) -> dict[
     return frames
 
 
-@dataclass
+@dataclass(frozen=True)
+class Written:
+    """What a step of a run wrote: the schema of each summary table (for the manifest) and,
+    for each per-hour summary, the run holding each hour. Steps that run side by side each
+    return theirs, and the run adds them up (``|``): no step writes into another's."""
+
+    schemas: Mapping[str, str] = field(default_factory=dict)
+    hours_held: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Per-hour summary -> hour -> the run holding its rows (``Manifest.summary_hours``)."""
+
+    def __or__(self, other: Written) -> Written:
+        return Written({**self.schemas, **other.schemas}, {**self.hours_held, **other.hours_held})
+
+
+@dataclass(frozen=True)
 class Summaries:
-    """The summary tables: the previous run's (``earlier``) and this run's, each written as
-    one file under ``data/<run>/summaries/`` with its schema noted for the manifest; and the
-    per-hour ones (``HOURLY``), under ``data/<run>/hours/``."""
+    """Where a run writes its summary tables, and the previous run's to build on
+    (``earlier``): each written as one file under ``data/<run>/summaries/``, and the per-hour
+    ones (``HOURLY``) under ``data/<run>/hours/``. Every write returns what it wrote
+    (``Written``)."""
 
     store: Store
     run: str
@@ -132,27 +147,25 @@ class Summaries:
     small: bool = False
     """A small run (``increment.small_run``): each summary's last stage is small enough for
     one task."""
-    schemas: dict[str, str] = field(default_factory=dict)
-    hours_held: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Per-hour summary -> hour -> the run holding its rows: the previous run's, then, once
-    written (``write_hours``), this run's (``Manifest.summary_hours``)."""
+    hours_held: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Per-hour summary -> hour -> the run holding its rows, as the previous run left it."""
 
     def get(self, name: str) -> DataFrame | None:
         return self.earlier.get(name)
 
-    def write(self, name: str, fresh: DataFrame, keep: Column | None = None) -> None:
+    def write(self, name: str, fresh: DataFrame, keep: Column | None = None) -> Written:
         """Write summary ``name``: the fresh rows, and the earlier rows ``keep`` selects
         (none without ``keep``)."""
         earlier = self.earlier.get(name)
         frame = fresh
         if earlier is not None and keep is not None:
             frame = earlier.where(keep).unionByName(fresh)
-        self.schemas[name] = frame.schema.json()
         write_one_file(frame, self.store.path("data", self.run, "summaries", name), self.small)
+        return Written(schemas={name: frame.schema.json()})
 
     def write_hours(
         self, spark: SparkSession, name: str, fresh: DataFrame, hours: list[int], by: list[str]
-    ) -> None:
+    ) -> Written:
         """Per-hour summary ``name`` (``HOURLY``): ``fresh``, the rows of ``hours``, as this
         run's file, and ``<name>_totals`` (the sums of ``n`` by ``by``) brought up to date."""
         from pyspark.sql import functions as F
@@ -174,8 +187,8 @@ class Summaries:
         summed = union(parts)
         assert summed is not None  # the fresh rows are always there
         totals = summed.groupBy(*by).agg(F.sum("n").alias("n")).where(F.col("n") != 0)
-        self.write(f"{name}_totals", totals)
-        self.hours_held[name] = {**held, **{str(h): self.run for h in hours}}
+        return self.write(f"{name}_totals", totals) | Written(
+            hours_held={name: {**held, **{str(h): self.run for h in hours}}})
 
 
 def read_hours(
