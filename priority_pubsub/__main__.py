@@ -8,7 +8,7 @@ import sys
 
 
 def main() -> None:
-    from priority_pubsub.commands.run import fail, plain_run, run_sidecar
+    from priority_pubsub.commands.run import plain_run, run_sidecar
 
     plain = plain_run(sys.argv[1:])
     if plain is None:
@@ -18,7 +18,7 @@ def main() -> None:
         return
     from priority_pubsub.dapr.flags import DaprdFlags
 
-    run_sidecar(plain.config, DaprdFlags(), provision=plain.provision, fail=fail)
+    run_sidecar(plain.config, DaprdFlags(), provision=plain.provision)
 
 
 if __name__ == "__main__":

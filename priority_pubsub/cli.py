@@ -153,7 +153,7 @@ def _daprd_command(command: Command) -> Command:
 def _loaded(config: Path | None, flags: DaprdFlags, *, reach_app: bool) -> Loaded:
     from priority_pubsub.dapr.setup import load
 
-    return reported(fail, lambda: load(config, flags, reach_app=reach_app))
+    return reported(lambda: load(config, flags, reach_app=reach_app))
 
 
 def _flags(ctx: typer.Context, given: dict[str, Any]) -> DaprdFlags:
@@ -175,7 +175,7 @@ def _flags(ctx: typer.Context, given: dict[str, Any]) -> DaprdFlags:
 
 
 def _run_reporting(coro: Coroutine[Any, Any, T]) -> T:
-    return reported(fail, lambda: run_loop(coro))
+    return reported(lambda: run_loop(coro))
 
 
 @_daprd_command
@@ -191,7 +191,7 @@ def run(
 
     With --resources-path and --app-id (or a dapr: section) it reads the Dapr setup instead
     of queues: a daprd command line works with only the binary name changed."""
-    run_sidecar(config, flags, provision=provision, fail=fail)
+    run_sidecar(config, flags, provision=provision)
 
 
 @_daprd_command

@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from priority_pubsub.settings.config import Settings
 
 T = TypeVar("T")
-Fail = Callable[[str, int], NoReturn]
-"""How a command reports a failure: the message (redacted there) and the exit code."""
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -40,7 +38,7 @@ def fail(message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
-def reported(fail: Fail, call: Callable[[], T]) -> T:
+def reported(call: Callable[[], T]) -> T:
     """What ``call`` returns; an error the user can act on goes to ``fail`` as one line and
     an exit code: 2 for an invalid config, 1 for any other error of the sidecar's."""
     try:
@@ -100,15 +98,14 @@ def plain_run(arguments: Sequence[str]) -> PlainRun | None:
     return PlainRun(config, provision)
 
 
-def run_sidecar(config: Path | None, flags: DaprdFlags, *, provision: bool,
-                fail: Fail) -> None:
+def run_sidecar(config: Path | None, flags: DaprdFlags, *, provision: bool) -> None:
     """Run the sidecar until SIGTERM/SIGINT (native or Dapr mode, as the config and
     ``flags`` say); a failure goes to ``fail``."""
     from priority_pubsub.dapr.setup import load
     from priority_pubsub.sidecar import Sidecar
     from priority_pubsub.telemetry.logs import configure_logging
 
-    loaded = reported(fail, lambda: load(config, flags, reach_app=True))
+    loaded = reported(lambda: load(config, flags, reach_app=True))
     settings = loaded.settings
     configure_logging(settings.log.level, settings.log.format)
 
@@ -139,7 +136,7 @@ def run_sidecar(config: Path | None, flags: DaprdFlags, *, provision: bool,
         except OSError as exc:  # a publish API port already taken
             raise PriorityPubsubError(f"publish API: {exc}") from None
 
-    reported(fail, lambda: run_loop(serve(), settings.event_loop))
+    reported(lambda: run_loop(serve(), settings.event_loop))
 
 
 def _publish_api(settings: Settings, plan: DaprPlan | None
