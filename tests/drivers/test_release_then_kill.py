@@ -40,9 +40,10 @@ def _received_again(config: Path, queue: str, deadline: float) -> list[Message]:
         try:
             while len(got) < COUNT and time.monotonic() < deadline:
                 wait_s = max(0.1, min(2.0, deadline - time.monotonic()))
-                got += await driver.receive(queue, COUNT, wait_s)
-            for message in got:
-                await driver.ack(message)
+                batch = await driver.receive(queue, COUNT, wait_s)
+                for message in batch:  # at once: a message back early would lapse meanwhile
+                    await driver.ack(message)
+                got += batch
         finally:
             await driver.close()
         return got
