@@ -1,9 +1,10 @@
 """The CI leak check: ``bench.soak`` run short (100 k messages through the CLI sidecar on the
 local driver at c=16, ~35-90 s). It fails when RSS grows more than 2 MB per 100 k messages
-over the second half of the run with one level shift taken out (``bench.rss_growth``: an
-allocator step of ~1 MB read as a slope came near the bound on healthy runs; its unit tests
-are ``tests/unit/bench/test_rss_growth.py``), or the open fds or asyncio tasks the sidecar sits at
-idle grow over the run. The 1 M run and its figure: ``bench/RESULTS.md``."""
+over the second half of the run with one level shift, or memory taken and handed back, taken
+out (``bench.rss_growth``: allocator steps of ~1 MB read as a slope came near or over the
+bound on healthy runs; its unit tests are ``tests/unit/bench/test_rss_growth.py``), or the
+open fds or asyncio tasks the sidecar sits at idle grow over the run. The 1 M run and its
+figure: ``bench/RESULTS.md``."""
 
 from __future__ import annotations
 

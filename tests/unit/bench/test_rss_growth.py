@@ -1,7 +1,8 @@
 """The soak's leak detector on recorded RSS series (``tests/fixtures/soak_rss``: healthy runs
 of ``bench.soak``, their steps, creep and dips as they came) and on those series with growth
 or a step added: recorded noise, known shapes. It flags steady growth and a 5 MB/100 k leak,
-smooth or in 1 MB steps, and passes a single step, where a least-squares line did not."""
+smooth or in 1 MB steps, and passes a single step, where a least-squares line did not, and
+memory taken for a while and handed back, where one step did not."""
 
 from __future__ import annotations
 
@@ -88,6 +89,29 @@ def test_a_line_reads_a_mid_run_step_as_growth() -> None:
     assert abs(judged.slope_mb_per_100k) < 0.5
     assert judged.step_mb == pytest.approx(1.0, abs=0.1)
     assert at <= judged.step_at < at + 3_000
+
+
+def bump(start: float, end: float, mb: float = 1.0) -> Callable[[int], float]:
+    """Memory taken at ``start`` and handed back at ``end``."""
+    return lambda x: mb if start <= x < end else 0.0
+
+
+def test_memory_taken_and_handed_back_is_taken_out_where_one_step_cried_wolf() -> None:
+    """The healthy run one shift failed (2.61 MB/100 k): two steps up, then one down."""
+    judged = rss_growth(recorded("100k-steps-up-and-down"))
+    assert judged.slope_mb_per_100k < LIMIT_MB
+    assert judged.step_mb < -0.5
+    assert 87_000 < judged.step_at < 88_000
+
+
+@pytest.mark.parametrize("name", FLAT)
+@pytest.mark.parametrize(("start", "end"), [(0.1, 0.5), (0.3, 0.7), (0.5, 0.9), (0.2, 0.95)])
+def test_a_bump_passes_and_does_not_hide_growth(name: str, start: float, end: float) -> None:
+    points = recorded(name)
+    shape = bump(judged_at(points, start), judged_at(points, end))
+    assert abs(rss_growth(plus(points, shape)).slope_mb_per_100k) < 0.5
+    grown = plus(points, lambda x: growth(2.5)(x) + shape(x))
+    assert rss_growth(grown).slope_mb_per_100k > LIMIT_MB
 
 
 @pytest.mark.parametrize("name", HEALTHY)
