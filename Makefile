@@ -9,14 +9,18 @@ PYTHON ?= python3
 .PHONY: install prerequisites demo lint typecheck docs test chaos image-test bench clean
 
 # The demo needs only the core (local driver, no cloud SDKs, no Spark): a quick first run.
+# Packages are installed with uv (from PyPI, into the venv): the same versions pip resolves,
+# from its cache in seconds where pip took ~2.5 minutes of every CI run on a fresh clone.
+UV := $(VENV)/bin/uv pip install --quiet --python $(PY)
+
 $(BASE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet --upgrade pip uv
+	$(UV) -e .
 	touch $(BASE_STAMP)
 
 $(STAMP): pyproject.toml $(BASE_STAMP)
-	$(PY) -m pip install --quiet -e '.[all,dev]'
+	$(UV) -e '.[all,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
