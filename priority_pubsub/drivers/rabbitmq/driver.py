@@ -121,9 +121,9 @@ class RabbitMQDriver(RabbitMQMonitoring, DriverKit[RabbitOptions],
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.options.call_timeout_s)
         connection, self._connection, self._publisher = self._connection, None, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                await connection.close()  # the broker returns whatever is still in hand
+        if connection is not None:  # the broker returns whatever is still in hand
+            with contextlib.suppress(Exception):  # a timeout included: a stop must not hang
+                await asyncio.wait_for(connection.close(), self.options.call_timeout_s)
 
     @property
     def dead_letter_enabled(self) -> bool:
