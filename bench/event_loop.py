@@ -18,13 +18,9 @@ round's ratio: the two loops of one round ran side by side).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
-
-import uvloop
 
 from bench.harness.brokers import LocalBroker
 from bench.harness.config import make_settings, raw_config
@@ -34,11 +30,10 @@ from bench.harness.processes import AppProcess, CliSidecar
 from bench.harness.rendering import Rendering, Rows, format_md
 from bench.harness.stats import median_of, median_ratio, rounded
 from bench.harness.system import proc_rss_mb, temp_dir
+from priority_pubsub.commands.run import run_loop
 
-LOOPS: dict[str, Callable[[Coroutine[Any, Any, Result]], Result]] = {
-    "asyncio": asyncio.run, "uvloop": uvloop.run,
-}
-"""Each loop as ``run_loop`` starts it (``priority_pubsub.commands.run``)."""
+LOOPS = ("asyncio", "uvloop")
+"""The ``event_loop`` settings, each started as the sidecar starts it (``run_loop``)."""
 QUEUES = ["high", "normal", "low"]
 
 
@@ -80,16 +75,15 @@ def compare(concurrencies: list[int], count: int, rounds: int, timeout_s: float
     cpu: dict[int, dict[str, list[float | None]]] = {c: {n: [] for n in LOOPS}
                                                      for c in concurrencies}
     rss: dict[str, list[float | None]] = {n: [] for n in LOOPS}
-    names = list(LOOPS)
     with temp_dir("event-loop") as directory, AppProcess() as app:
         quiet_logging(directory / "sidecar.log")
         for round_no in range(rounds):
-            order = names[round_no % 2:] + names[:round_no % 2]
+            order = LOOPS[round_no % 2:] + LOOPS[:round_no % 2]
             for name in order:
                 for c in concurrencies:
                     where = directory / f"r{round_no}-{name}-c{c}"
                     where.mkdir()
-                    rate, cpu_us = LOOPS[name](deliver(where, app.url, c, count, timeout_s))
+                    rate, cpu_us = run_loop(deliver(where, app.url, c, count, timeout_s), name)
                     rates[c][name].append(rate)
                     cpu[c][name].append(cpu_us)
                     log(f"round {round_no} {name} c={c}: {rounded(rate)} msg/s, "
