@@ -66,6 +66,12 @@ SPOOL_FULL = "journal spool over journal.upload.max_local_mb"
 READINESS_PING_S = 2.0
 """A broker behind a network that drops packets answers nothing: /readyz says so within
 this, instead of hanging until the driver's own call timeout (10-30 s)."""
+PART_STOP_BOUND_S = 10.0
+"""How long a part's stop may take at shutdown before the sidecar goes on without it (the
+receiver and the journal excepted: their bounds are ``shutdown.*`` and ``journal.upload.*``).
+A driver closing on a connection the broker's restart left half-open could otherwise wait
+for its call timeout twice (RabbitMQ: 2 x 30 s), past a pod's termination grace; what it
+held goes back to its queue anyway when the process's connection ends or its lease lapses."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,21 @@ class Part:
     name: str
     start: Callable[[], Awaitable[None]]
     stop: Callable[[], Awaitable[None]]
+    bounded: bool = True
+    """Its stop gets ``PART_STOP_BOUND_S``; False for a part whose stop the settings bound."""
+
+
+async def _stop_part(part: Part) -> None:
+    """A part's stop, given up after ``PART_STOP_BOUND_S`` when bounded: the sidecar's exit
+    must not wait on one part that hangs."""
+    if not part.bounded:
+        await part.stop()
+        return
+    try:
+        await asyncio.wait_for(part.stop(), PART_STOP_BOUND_S)
+    except TimeoutError:
+        log.warning("part did not stop in time; going on without it", part=part.name,
+                    within_s=PART_STOP_BOUND_S)
 
 
 async def _nothing() -> None:
@@ -183,12 +204,13 @@ class Sidecar:
             Part("driver", self._connect, self.driver.close),
             Part("app channel", self.channel.start, self.channel.close),
             Part("tracer", _nothing, self.tracer.close),
-            *([Part("journal", self._start_journal, self._stop_journal)] if self.journal else []),
+            *([Part("journal", self._start_journal, self._stop_journal, bounded=False)]
+              if self.journal else []),
             Part("depth refresher", self._start_depth, self._stop_depth),
             *([Part("monitor history", self._start_history, self._stop_history)]
               if self.monitor else []),
             Part("app probe", self._start_probe, self._stop_probe),
-            Part("receiver", self.receiver.start, self._stop_receiver),
+            Part("receiver", self.receiver.start, self._stop_receiver, bounded=False),
             Part("config watch", self._start_watch, self._stop_watch),
         ]
         self._reload_ready = asyncio.Event()
@@ -336,7 +358,7 @@ class Sidecar:
                 await running
         finally:
             for part in reversed(started):
-                await part.stop()
+                await _stop_part(part)
             gc.unfreeze()  # what this run froze can be collected again
             log.info("stopped")
 

@@ -9,20 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from priority_pubsub.settings.config import validate_config
-from priority_pubsub.sidecar import Sidecar
-from tests.support.servers import free_port
-
-
-def _local_sidecar(tmp_path: Path) -> Sidecar:
-    """An in-process sidecar on the local driver, its app and ops ports free."""
-    return Sidecar(validate_config({
-        "driver": {"type": "local", "path": str(tmp_path / "queues.db")},
-        "queues": [{"name": "q"}],
-        "app": {"url": f"http://127.0.0.1:{free_port()}"},
-        "server": {"host": "127.0.0.1", "port": free_port()},
-        "journal": None,
-    }))
+from tests.support.in_process_sidecar import local_sidecar
 
 
 async def _frozen() -> None:
@@ -37,7 +24,7 @@ async def _frozen() -> None:
 async def test_start_up_objects_are_frozen_while_running_and_released_at_stop(
     tmp_path: Path,
 ) -> None:
-    sidecar = _local_sidecar(tmp_path)
+    sidecar = local_sidecar(tmp_path)
     gc.unfreeze()
     running = asyncio.create_task(sidecar.run(handle_signals=False))
     try:
@@ -55,7 +42,7 @@ async def test_the_start_walks_no_full_collection_on_its_way_to_ready(
     """A full collection before the freeze found ~20 unreachable objects and cost ~35 ms of
     CPU before ``/readyz`` could answer (the time to ready): the start freezes
     without one."""
-    sidecar = _local_sidecar(tmp_path)
+    sidecar = local_sidecar(tmp_path)
     collections: list[int] = []
     real_collect = gc.collect
     monkeypatch.setattr(gc, "collect", lambda *args: collections.append(1) or real_collect(*args))
