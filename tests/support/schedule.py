@@ -8,9 +8,10 @@ longest-processing-time schedule; files without an estimate keep their order aft
 one. The order is a pure function of the collection and ``tests/durations.json``, as xdist
 needs every worker to collect the same list.
 
-``tests/durations.json`` holds the seconds each file took in a recorded run (setup, call and
-teardown of its tests, session servers' starts included where they fell). To record it again:
-``PRIORITY_PUBSUB_RECORD_DURATIONS=tests/durations.json make test``; the controller writes it
+``tests/durations.json`` holds the seconds each file takes (setup, call and teardown of its
+tests, session servers' starts included where they fell); only the long files matter, and a
+file missing from it runs after those listed. To record a run's:
+``TESTS_RECORD_DURATIONS=tests/durations.json make test``; the controller writes it
 at the end of the session, files rounded to a tenth of a second.
 """
 
@@ -24,8 +25,10 @@ from pathlib import Path
 import pytest
 
 ESTIMATES = Path(__file__).resolve().parents[1] / "durations.json"
-RECORD_TO = "PRIORITY_PUBSUB_RECORD_DURATIONS"
-"""The environment variable naming where a run records its files' times."""
+RECORD_TO = "TESTS_RECORD_DURATIONS"
+"""The environment variable naming where a run records its files' times (not under the
+sidecar's ``PRIORITY_PUBSUB_`` prefix: every sidecar the tests start would read it as a
+setting and refuse it)."""
 
 _recorded: defaultdict[str, float] = defaultdict(float)
 
