@@ -6,7 +6,10 @@ a chaos scenario) starts when the others are nearly done and runs alone at the e
 is the run's length. Ordering the files by their expected time, longest first, is the classic
 longest-processing-time schedule; files without an estimate keep their order after those with
 one. The order is a pure function of the collection and ``tests/durations.json``, as xdist
-needs every worker to collect the same list.
+needs every worker to collect the same list. xdist follows it only with
+``--no-loadscope-reorder``; by default it reorders the files by their number of tests, and
+this order only breaks its ties. The Makefile keeps xdist's default: the one clean-clone run
+with the flag was slower and not green (the closing note of 2026-12-07).
 
 ``tests/durations.json`` holds the seconds each file takes (setup, call and teardown of its
 tests, session servers' starts included where they fell); only the long files matter, and a
