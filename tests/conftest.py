@@ -22,7 +22,7 @@ pytest_plugins = [
     "tests.support.azure_servicebus.fixtures",
     "tests.support.topologies.fixtures",
     "tests.chaos.report",  # the accounting summary, printed by the xdist controller too
-    "tests.support.schedule",  # the longest files first (tests/durations.json)
+    "tests.support.durations",  # each file's seconds, when TESTS_RECORD_DURATIONS asks
 ]
 
 # `priority-pubsub report` run as a command would keep a class archive of Spark (~190 MB) in
