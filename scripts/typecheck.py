@@ -6,6 +6,7 @@ engineer run the same command with the same source list.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -38,6 +39,8 @@ def main() -> int:
     options = Options()
     parse_config_file(options, lambda: None, str(ROOT / "pyproject.toml"), sys.stdout,
                       sys.stderr)
+    # mypy's own command line reads it; its API does not (the Makefile keeps one between clones)
+    options.cache_dir = os.environ.get("MYPY_CACHE_DIR", options.cache_dir)
     try:
         result = build.build(sources(), options)
     except CompileError as exc:  # syntax errors and the like stop the build
