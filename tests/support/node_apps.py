@@ -2,26 +2,21 @@
 ``package-lock.json`` (``npm ci``: exactly the locked versions).
 
 As ``app_venv`` does for venvs: installed once per lock file content (and Node version) under
-``.cache/node/<hash>`` (or ``$PRIORITY_PUBSUB_NODE_CACHE``) and reused, a file lock keeping two
-test processes from installing the same one at once. Installing needs the npm registry and
-``node``: without them the tests skip locally with the reason and fail in CI.
+``~/.cache/priority-pubsub/node/<hash>`` (``tests.support.user_cache``) and reused, a file lock
+keeping two test processes from installing the same one at once. Installing needs the npm
+registry and ``node``: without them the tests skip locally with the reason and fail in CI.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support.app_venv import ROOT
 from tests.support.servers import skip_or_fail
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("PRIORITY_PUBSUB_NODE_CACHE") or ROOT / ".cache" / "node")
+from tests.support.user_cache import user_cache
 
 
 def node() -> str:
@@ -38,7 +33,7 @@ def node_modules(app_dir: Path) -> Path:
                              check=True).stdout
     lock_file = app_dir / "package-lock.json"
     key = hashlib.sha256(lock_file.read_bytes() + version.encode()).hexdigest()[:16]
-    target = _cache_root() / key
+    target = user_cache("node") / key
     if (target / ".ready").exists():
         return target / "node_modules"
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
 """The three object-store test servers, each a subprocess on 127.0.0.1 and a free port:
 moto server (S3, ``tests.support.moto_server``), ``gcp-storage-emulator`` (GCS, from PyPI,
 a dev dependency) and Azurite (Azure Blob, from npm: ``npm install azurite`` into
-``.tools/azurite-<version>/``, gitignored, once per machine; ``python -m
-tests.support.object_stores`` does it ahead of the tests, as CI's install step may).
+``azurite-<version>/`` of the user's cache, ``tests.support.user_cache``, once per machine;
+``python -m tests.support.object_stores`` does it ahead of the tests, as CI's install step may).
 
 ``running_store(kind)`` starts one and yields a ``StoreServer``: the URL a sidecar's
 ``journal.upload.url`` names (a fresh bucket or container per call of ``new_bucket``), the
@@ -32,12 +32,12 @@ import pytest
 from tests.support.moto_server import CREDENTIALS, MotoUnavailable, running_moto_server
 from tests.support.processes import answering_process
 from tests.support.servers import free_port, skip_or_fail
+from tests.support.user_cache import user_cache
 
 Kind = Literal["s3", "gcs", "azure"]
 KINDS: tuple[Kind, ...] = ("s3", "gcs", "azure")
-ROOT = Path(__file__).resolve().parents[2]
 AZURITE_VERSION = "3.37.0"
-AZURITE_DIR = ROOT / ".tools" / f"azurite-{AZURITE_VERSION}"
+AZURITE_DIR = user_cache("tools") / f"azurite-{AZURITE_VERSION}"
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
                "KBHBeksoGMGw==")
