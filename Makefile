@@ -60,10 +60,11 @@ test: prerequisites lint typecheck docs
 chaos: install
 	$(PY) -m pytest tests/chaos -m chaos -q -ra $(PYTEST_ARGS)
 
-# The image built with buildah and run with podman (tests/image; needs root). Time-boxed: a
-# first run debootstraps the base (~1 min, then cached in /var/cache/priority-pubsub).
+# The image built with buildah and run with podman alone (tests/image, part of make test;
+# needs root). Time-boxed: a first run debootstraps the base (~1 min, then cached in
+# /var/cache/priority-pubsub).
 image-test: install
-	timeout 900 $(PY) -m pytest tests/image -m image -q -ra --timeout 900
+	timeout 900 $(PY) -m pytest tests/image -q -ra
 	@cat build/image-report.json
 
 # ministack (SQS at broker speed for bench.throughput) pins botocore exactly: its own venv.

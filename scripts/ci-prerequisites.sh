@@ -27,10 +27,10 @@ apt_install() {
 }
 apt_install chromium chromium "the report screenshot test and the monitor's browser tests (Playwright drives it)"
 apt_install promtool prometheus "the alert rule tests (promtool)"
-# The image step (make image-test): build with buildah, run with podman on runc, and the
+# The image tests (tests/image, part of make test): build with buildah, run with podman on runc, and the
 # Debian base made with debootstrap where no registry is reachable.
 for tool in buildah podman runc debootstrap; do
-  PATH="$PATH:/usr/sbin:/sbin" apt_install "$tool" "$tool" "the image step (make image-test)"
+  PATH="$PATH:/usr/sbin:/sbin" apt_install "$tool" "$tool" "the image tests (tests/image)"
 done
 
 # Redis (the redis driver's tests): the Debian package if the binary is missing, and a server

@@ -1,9 +1,9 @@
 """The sidecar image's Dockerfile: lint-clean, and its contract checked where it can run here.
 
-The image itself is built and run by the separate image step (``make image-test``,
-tests/image); here, in the quick suite, the parts that matter at run time are exercised
-directly: the HEALTHCHECK command against a real HTTP server, the built-in config through the
-sidecar's own loader, and the .dockerignore allow-list against what the Dockerfile copies.
+The image itself is built and run by tests/image (``make image-test`` alone); here, without
+buildah or podman, the parts that matter at run time are exercised directly: the HEALTHCHECK
+command against a real HTTP server, the built-in config through the sidecar's own loader, and
+the .dockerignore allow-list against what the Dockerfile copies.
 """
 
 from __future__ import annotations
