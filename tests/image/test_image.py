@@ -1,6 +1,5 @@
 """The sidecar image built with buildah and run with podman, for real: part of ``make test``
-(one more file on a worker, where it fills a core the suite's tail leaves idle; it used to be
-a step of its own after the suite, 1-2 minutes of every CI run), alone ``make image-test``.
+(one more file on a worker rather than a serial step after the suite), alone ``make image-test``.
 
 Built from the Dockerfile as users build it; where no registry is reachable the base is the
 same Debian release made from Debian packages (``scripts/image/build.sh``, docs/deploy.md "Building
