@@ -3,8 +3,9 @@
 It plans the settle (``settlement.plan_settlement``), makes the one driver call — retried
 with backoff while the lease lasts when the error is retriable — and reports one
 ``Settled`` event, which the observer journals and counts. A settle that failed or was
-refused is reported as ``settle_failed``: the broker did not do what was asked, and will
-deliver the message again when its lease ends.
+refused is reported as ``settle_failed``: the broker did not confirm what was asked, and
+delivers the message again when its lease ends, unless a call did reach it and only the
+answer was lost on the way back (a network cut), in which case what was asked was done.
 """
 
 from __future__ import annotations

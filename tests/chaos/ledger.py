@@ -68,13 +68,20 @@ def account(scenario: str, published: list[str], seen: Counter[str], waiting: se
     )
 
 
-def journal_outcomes(directory: Path) -> dict[str, list[str]]:
-    """Outcomes per message id across every replica's journal in ``directory``."""
-    outcomes: dict[str, list[str]] = {}
+def journal_records(directory: Path) -> dict[str, list[dict[str, object]]]:
+    """Journal records per message id across every replica's journal in ``directory``, in
+    the order each replica wrote them."""
+    records: dict[str, list[dict[str, object]]] = {}
     for path in sorted(directory.glob("journal-*.jsonl*")):  # open ones too (a kill -9)
         for record in read_journal_lines(path)[0]:
-            outcomes.setdefault(str(record["message_id"]), []).append(str(record["outcome"]))
-    return outcomes
+            records.setdefault(str(record["message_id"]), []).append(record)
+    return records
+
+
+def journal_outcomes(directory: Path) -> dict[str, list[str]]:
+    """Outcomes per message id across every replica's journal in ``directory``."""
+    return {message_id: [str(record["outcome"]) for record in found]
+            for message_id, found in journal_records(directory).items()}
 
 
 def drain_bodies(config: Path, queues: list[str], wait_s: float = 1.0) -> list[bytes]:

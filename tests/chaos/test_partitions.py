@@ -2,8 +2,11 @@
 another, the link between them black-holed for 45 s mid-run (every packet dropped on both
 ends: no RST, no error — calls just hang), then healed. Calls must time out instead of
 hanging, readiness must turn within the receive timeout + 5 s, a settle that fails across the
-cut is journaled (``settle_failed``) and its message delivered again, delivery must resume
-within 10 s of healing, and nothing may be lost. The timeline is printed per broker.
+cut is journaled (``settle_failed``), delivery must resume within 10 s of healing, and nothing
+may be lost. A failed settle's message is then delivered again, or still waits in its queue,
+or — when the call reached the broker and only its answer was lost in the cut — is gone as
+the app asked (an ack after its 200); anything else fails the test. The timeline and these
+counts are printed per broker.
 
 Root and ``ip netns`` are needed (CI has both); elsewhere the tests skip saying so.
 """
@@ -27,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.chaos.ledger import Accounting, account, drain_bodies, journal_outcomes
+from tests.chaos.ledger import Accounting, account, drain_bodies, journal_records
 from tests.support.app import RecordingApp, Reply
 from tests.support.netns import Namespace, Partition, partition
 from tests.support.servers import free_port
@@ -209,20 +212,55 @@ def test_link_black_holed_45_s_then_healed(
                 cut.broker.call(topology.close)  # type: ignore[attr-defined]
 
     seen = Counter(str(event["data"]) for event in events)
-    outcomes = journal_outcomes(tmp_path / "journal")
-    failed_settles = {i for i, found in outcomes.items() if "settle_failed" in found}
+    fates = _failed_settles(journal_records(tmp_path / "journal"), events, waiting)
     line = "  ".join(f"{name} {value}" for name, value in timeline.items())
+    counts = ", ".join(f"{fate} {len(ids)}" for fate, ids in fates.items() if ids) or "none"
     result = account(f"partition {CUT_S:g} s, {topology.driver_type}", published, seen,
-                     waiting, dead, note=f"{line}; settles failed {len(failed_settles)}")
+                     waiting, dead, note=f"{line}; settles failed: {counts}")
     report.append(result)
     print(f"partition timeline ({topology.driver_type}): {line}")
     assert result.lost == 0
     assert result.dead == 0
-    # a settle refused across the cut was reported (journal) and its message came again
-    assert all("ack" in outcomes[i] for i in failed_settles), failed_settles
+    assert not fates["unexplained"], fates["unexplained"]
     assert timeline["readiness 503 after cut s"] <= RECEIVE_WAIT_S + 5
     assert timeline["delivering after heal s"] <= 10
     assert timeline["ready after heal s"] <= 10 + RECEIVE_WAIT_S
+
+
+def _failed_settles(records: dict[str, list[dict[str, object]]], events: list[dict[str, Any]],
+                    waiting: set[str]) -> dict[str, dict[str, list[str]]]:
+    """What became of each message whose settle failed across the cut, by fate.
+
+    ``came again``: a later attempt was acked. ``waiting``: its lease ran out and it still
+    waits in its queue. ``never at the app``: a release of a message the app never saw (the
+    ledger finds its body delivered or waiting, or counts it lost). ``answer lost``: the
+    failed settle was an ack of a message the app saw, and the broker holds it no more: the
+    call reached the broker and only its answer was lost in the cut, so the broker did what
+    was asked and the journal says what the sidecar could know (a CI run saw two such acks
+    on SQS). ``unexplained``: anything else, such as a retry whose message is gone; each
+    fate maps ids to their journal records, for the failure message.
+    """
+    data_of = {str(event["id"]): str(event["data"]) for event in events}
+    fates: dict[str, dict[str, list[str]]] = {
+        "came again": {}, "waiting": {}, "answer lost": {}, "never at the app": {},
+        "unexplained": {}}
+    for message_id, found in records.items():
+        outcomes = [str(record["outcome"]) for record in found]
+        if "settle_failed" not in outcomes:
+            continue
+        failed = outcomes.index("settle_failed")
+        if "ack" in outcomes[failed + 1:]:
+            fate = "came again"
+        elif message_id not in data_of:
+            fate = "never at the app"  # a release: the ledger finds its body (lost == 0)
+        elif data_of[message_id] in waiting:
+            fate = "waiting"
+        elif str(found[failed]["reason"]).startswith("ack"):
+            fate = "answer lost"
+        else:
+            fate = "unexplained"
+        fates[fate][message_id] = [json.dumps(record) for record in found]
+    return fates
 
 
 def _run_with_a_cut(cut: Partition, topology: Topology, queues: list[str],
