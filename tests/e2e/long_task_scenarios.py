@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,11 +26,12 @@ LOW_TASK_S = 4.0
 HIGH_TASK_S = 0.2
 
 
-def most_at_once(requests: list[Received], length_s: dict[str, float]) -> int:
-    """The most of ``requests`` the app held at once (each from its arrival for its length)."""
+def most_at_once(requests: list[Received], length_s: Callable[[str], float]) -> int:
+    """The most of ``requests`` the app held at once (each from its arrival for the length
+    ``length_s`` gives its data)."""
     edges = sorted(
         [(r.at, 1) for r in requests]
-        + [(r.at + length_s[str(r.event["data"])[:2]], -1) for r in requests],
+        + [(r.at + length_s(str(r.event["data"])), -1) for r in requests],
         key=lambda edge: (edge[0], edge[1]),  # an end before a start at the same instant
     )
     held = most = 0
@@ -43,6 +45,11 @@ def tag(data: str) -> bytes:
     return json.dumps(data).encode()
 
 
+def by_prefix(lengths: dict[str, float]) -> Callable[[str], float]:
+    """A task's length by the first two letters of its data (``hi-3``: ``lengths["hi"]``)."""
+    return lambda data: lengths[data[:2]]
+
+
 class LongTaskScenarios:
     """Mixed into ``SidecarScenarios``: the subclass gives ``topology`` and ``start``."""
 
@@ -50,11 +57,12 @@ class LongTaskScenarios:
     """How soon a high message published while every other worker runs a long task reaches
     the app (within 1 s)."""
     rate_window_s: ClassVar[float] = 20.0
-    rate_busy_share: ClassVar[float] = 0.75
+    rate_busy_share: ClassVar[float | None] = 0.75
     """The share of the app's worker-seconds the other queue's tasks fill while the rated
     queue is held to its rate (the rest: the rated queue's own short tasks, and the broker's
-    receive and settle between two tasks: on SQS under a load of 10 on 2 cores, 0.82). A
-    rated pick that idled its worker until a token came would cost a quarter of it."""
+    receive between two tasks). A rated pick that idled its worker until a token came would
+    cost a quarter of it. None where the broker's round trips, not the rule, set the share;
+    the check that the other queue's tasks fill all four slots at once stands alone there."""
 
     def start(self, directory: Path, config: dict[str, Any], name: str = "sidecar"
               ) -> SidecarProcess:
@@ -90,7 +98,7 @@ class LongTaskScenarios:
         waits = {data: seen[data].at - at for data, at in published.items()}
         assert all(wait <= self.high_within_s for wait in waits.values()), waits
         low_requests = [r for r in app.received if str(r.event["data"]).startswith("lo")]
-        assert most_at_once(low_requests, lengths) == 3
+        assert most_at_once(low_requests, by_prefix(lengths)) == 3
         records = journal_records(tmp_path / "journal", releases=True)
         assert [r for r in records if r["outcome"] == "release"] == []
         delivered = Counter(str(r.event["data"]) for r in app.received)
@@ -116,8 +124,8 @@ class LongTaskScenarios:
         finally:
             assert sidecar.stop() == 0
         highs = [r for r in app.received if str(r.event["data"]).startswith("hi")]
-        assert most_at_once(highs, lengths) == 2
-        assert most_at_once(list(app.received), lengths) == 4  # the rest went to low
+        assert most_at_once(highs, by_prefix(lengths)) == 2
+        assert most_at_once(list(app.received), by_prefix(lengths)) == 4  # the rest went to low
 
     def test_max_wait_serves_a_low_message_under_continuous_high_load(
         self, tmp_path: Path, app: RecordingApp, topology: Topology
@@ -176,7 +184,7 @@ class LongTaskScenarios:
         finally:
             assert sidecar.stop() == 0
         heavy_requests = [r for r in app.received if str(r.event["data"]).startswith("hv")]
-        assert most_at_once(heavy_requests, lengths) == 2
+        assert most_at_once(heavy_requests, by_prefix(lengths)) == 2
         assert app.max_slots_in_progress == 4  # full, and never above
         # a light task ran beside a heavy one: the slots a heavy message left were used
         assert any(h.at < r.at < h.at + lengths["hv"] - 0.1 for h in heavy_requests
@@ -221,9 +229,13 @@ class LongTaskScenarios:
         within = [r for r in app.received if start <= r.at < start + window]
         taken = [r for r in within if str(r.event["data"]).startswith("rt")]
         assert 37 <= len(taken) <= 43, len(taken)
-        busy_s = sum(min(length_s(str(r.event["data"])), start + window - r.at)
-                     for r in within if str(r.event["data"]).startswith("rs"))
-        assert busy_s >= self.rate_busy_share * 4 * window, busy_s
+        others = [r for r in within if str(r.event["data"]).startswith("rs")]
+        # a slot held for the rated queue between its tokens would leave the others 3 at most
+        assert most_at_once(others, length_s) == 4, most_at_once(others, length_s)
+        if self.rate_busy_share is not None:
+            busy_s = sum(min(length_s(str(r.event["data"])), start + window - r.at)
+                         for r in others)
+            assert busy_s >= self.rate_busy_share * 4 * window, busy_s
         records = journal_records(tmp_path / "journal", releases=True)
         assert [r for r in records if r["outcome"] == "release"
                 and r["settled_ms"] < (start + window) * 1000] == []  # the stop's aside
