@@ -68,9 +68,10 @@ def account(scenario: str, published: list[str], seen: Counter[str], waiting: se
     )
 
 
-def journal_records(directory: Path) -> dict[str, list[dict[str, object]]]:
+def journal_by_message(directory: Path) -> dict[str, list[dict[str, object]]]:
     """Journal records per message id across every replica's journal in ``directory``, in
-    the order each replica wrote them."""
+    the order each replica wrote them; a torn last line (a kill -9) is skipped, where
+    ``tests.e2e.helpers.journal_records`` (a flat list) would fail on it."""
     records: dict[str, list[dict[str, object]]] = {}
     for path in sorted(directory.glob("journal-*.jsonl*")):  # open ones too (a kill -9)
         for record in read_journal_lines(path)[0]:
@@ -81,7 +82,7 @@ def journal_records(directory: Path) -> dict[str, list[dict[str, object]]]:
 def journal_outcomes(directory: Path) -> dict[str, list[str]]:
     """Outcomes per message id across every replica's journal in ``directory``."""
     return {message_id: [str(record["outcome"]) for record in found]
-            for message_id, found in journal_records(directory).items()}
+            for message_id, found in journal_by_message(directory).items()}
 
 
 def drain_bodies(config: Path, queues: list[str], wait_s: float = 1.0) -> list[bytes]:

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.chaos.ledger import Accounting, account, drain_bodies, journal_records
+from tests.chaos.ledger import Accounting, account, drain_bodies, journal_by_message
 from tests.support.app import RecordingApp, Reply
 from tests.support.netns import Namespace, Partition, partition
 from tests.support.servers import free_port
@@ -212,7 +212,7 @@ def test_link_black_holed_45_s_then_healed(
                 cut.broker.call(topology.close)  # type: ignore[attr-defined]
 
     seen = Counter(str(event["data"]) for event in events)
-    fates = _failed_settles(journal_records(tmp_path / "journal"), events, waiting)
+    fates = _failed_settles(journal_by_message(tmp_path / "journal"), events, waiting)
     line = "  ".join(f"{name} {value}" for name, value in timeline.items())
     counts = ", ".join(f"{fate} {len(ids)}" for fate, ids in fates.items() if ids) or "none"
     result = account(f"partition {CUT_S:g} s, {topology.driver_type}", published, seen,
